@@ -1,0 +1,68 @@
+"""params.yaml -> the `Config` dataclass of each stage.
+
+params.yaml is plain data (one section per stage); each stage's Config dataclass lives beside the
+stage. This module only maps sections onto those dataclasses and reports bad keys clearly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from biocheck.io import InputError
+
+DEFAULT_PARAMS = Path("params.yaml")
+T = TypeVar("T")
+
+
+def load_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such parameters file (run from the repo root, or pass --params).")
+    try:
+        params = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(params, dict):
+        raise InputError(f"{path}: expected a mapping of sections at the top level.")
+    return params
+
+
+def section(params: dict[str, Any], name: str, cls: type[T], **overrides: Any) -> T:
+    """Build `cls` from params[name]; unknown keys are an error that names the key and the choices."""
+    values = dict(params.get(name) or {})
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise InputError(f"params.yaml: unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
+                         f"'{name}' accepts {sorted(fields)}.")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"params.yaml, section '{name}': {e}") from None
+
+
+def fetch_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.data.fetch import FetchConfig
+
+    # Files land where `prepare` reads them: one key (data.raw_dir), not two that could disagree.
+    raw_dir = overrides.pop("raw_dir", None) or (params.get("data") or {}).get("raw_dir")
+    cfg = section(params, "fetch", FetchConfig, raw_dir=raw_dir, **overrides)
+    cfg.raw_dir = Path(cfg.raw_dir)
+    return cfg
+
+
+def prepare_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.data.prepare import PrepareConfig
+
+    return section(params, "data", PrepareConfig, **overrides)
+
+
+def validate_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.data.validate import ValidateConfig
+
+    return section(params, "validate", ValidateConfig, **overrides)

@@ -1,0 +1,169 @@
+"""`biocheck data prepare`: normalise SciFact and HealthFC into one schema and write the splits.
+
+Output (`data/prepared/`, replaced as a whole, never half-written):
+  full/scifact.jsonl, full/healthfc.jsonl   every claim of the release, with its split and label
+  scifact/{train,val,test}.jsonl            working splits: label filter + seeded stratified subset
+  healthfc/test.jsonl
+  corpus.jsonl                              the SciFact abstracts (id, title, abstract sentences)
+  manifest.json                             parameters and input checksums that produced this
+plus dataset statistics as a small DVC metrics file (`metrics/data.json`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from biocheck.data.fetch import MANIFEST as RAW_MANIFEST
+from biocheck.data.schema import SPLITS, ClaimRecord, CorpusDoc
+from biocheck.data.sources import parse_scifact_claims, parse_scifact_corpus, read_healthfc_csv, read_scifact_tar
+from biocheck.data.split import stratified_split, stratified_subset
+from biocheck.io import InputError, atomic_dir, dump_jsonl, read_jsonl, write_json_atomic
+from biocheck.labels import LABELS, Label
+
+log = logging.getLogger(__name__)
+
+
+def _default_keep() -> dict[str, list[str]]:
+    return {"train": ["SUPPORTED", "REFUTED"], "val": ["SUPPORTED", "REFUTED"], "test": list(LABELS)}
+
+
+@dataclass
+class PrepareConfig:
+    raw_dir: Path = Path("data/raw")
+    out_dir: Path = Path("data/prepared")
+    metrics_path: Path | None = Path("metrics/data.json")
+    val_fraction: float = 0.2  # share of SciFact train (per label) that becomes `val`
+    seed: int = 13
+    keep_labels: dict[str, list[str]] = field(default_factory=_default_keep)  # per split
+    subset: dict[str, int | None] = field(default_factory=dict)  # per split; None/missing = all
+
+    def __post_init__(self) -> None:
+        self.raw_dir, self.out_dir = Path(self.raw_dir), Path(self.out_dir)
+        self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
+        for split, labels in self.keep_labels.items():
+            if split not in SPLITS:
+                raise ValueError(f"data.keep_labels: unknown split {split!r} (expected {list(SPLITS)})")
+            bad = [x for x in labels if x not in LABELS]
+            if bad or not labels:
+                raise ValueError(f"data.keep_labels.{split}: {labels} must be a non-empty subset of {list(LABELS)}")
+        for split, k in self.subset.items():
+            if split not in SPLITS:
+                raise ValueError(f"data.subset: unknown split {split!r} (expected {list(SPLITS)})")
+            if k is not None and (not isinstance(k, int) or k < 1):
+                raise ValueError(f"data.subset.{split}: {k!r} must be a positive integer or null (all)")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"data.val_fraction: {self.val_fraction} must be between 0 and 1")
+
+
+@dataclass
+class Prepared:
+    full: dict[str, list[ClaimRecord]]  # dataset -> every record
+    working: dict[str, dict[str, list[ClaimRecord]]]  # dataset -> split -> kept records
+    corpus: list[CorpusDoc]
+
+
+def load_raw(raw_dir: Path) -> tuple[dict[str, list[ClaimRecord]], list[CorpusDoc]]:
+    tar = raw_dir / "scifact" / "data.tar.gz"
+    csv = raw_dir / "healthfc" / "Datensatz.csv"
+    for p in (tar, csv):
+        if not p.is_file():
+            raise InputError(f"{p}: missing. Run `biocheck data fetch` first.")
+    files = read_scifact_tar(tar)
+    sf_train = parse_scifact_claims(files["claims_train.jsonl"], f"{tar}:claims_train.jsonl", "train")
+    sf_dev = parse_scifact_claims(files["claims_dev.jsonl"], f"{tar}:claims_dev.jsonl", "test")
+    corpus = parse_scifact_corpus(files["corpus.jsonl"], f"{tar}:corpus.jsonl")
+    return {"scifact": sf_train + sf_dev, "healthfc": read_healthfc_csv(csv)}, corpus
+
+
+def build(full: dict[str, list[ClaimRecord]], corpus: list[CorpusDoc], cfg: PrepareConfig) -> Prepared:
+    """Assign SciFact train/val, then apply per-split label filters and subsets."""
+    sf = full["scifact"]
+    # Split on the whole of SciFact train (all labels) so val never depends on the label filter.
+    _, val_ids = stratified_split([r for r in sf if r.split == "train"], cfg.val_fraction, cfg.seed)
+    full = {**full, "scifact": [r.model_copy(update={"split": "val"}) if r.split == "train" and r.id in val_ids
+                                else r for r in sf]}
+    working: dict[str, dict[str, list[ClaimRecord]]] = {}
+    for ds, records in full.items():
+        for split in SPLITS:
+            rows = [r for r in records if r.split == split]
+            if not rows:
+                continue
+            keep = set(cfg.keep_labels.get(split, LABELS))
+            rows = [r for r in rows if r.label.value in keep]
+            working.setdefault(ds, {})[split] = stratified_subset(rows, cfg.subset.get(split), cfg.seed)
+    return Prepared(full=full, working=working, corpus=corpus)
+
+
+def label_counts(records: list[ClaimRecord]) -> dict[str, int]:
+    c = Counter(r.label.value for r in records)
+    return {**{label: c.get(label, 0) for label in LABELS}, "total": len(records)}
+
+
+def stats(p: Prepared) -> dict:
+    def per_split(records):
+        return {s: label_counts([r for r in records if r.split == s]) for s in SPLITS
+                if any(r.split == s for r in records)}
+
+    return {
+        "full": {ds: per_split(recs) for ds, recs in p.full.items()},
+        "working": {ds: {s: label_counts(recs) for s, recs in splits.items()} for ds, splits in p.working.items()},
+        "corpus": {"docs": len(p.corpus)},
+    }
+
+
+def write(p: Prepared, cfg: PrepareConfig, inputs: dict) -> dict:
+    st = stats(p)
+    with atomic_dir(cfg.out_dir) as tmp:
+        (tmp / "full").mkdir()
+        for ds, recs in p.full.items():
+            dump_jsonl(tmp / "full" / f"{ds}.jsonl", recs)
+        for ds, splits in p.working.items():
+            (tmp / ds).mkdir()
+            for split, recs in splits.items():
+                dump_jsonl(tmp / ds / f"{split}.jsonl", recs)
+        dump_jsonl(tmp / "corpus.jsonl", p.corpus)
+        cfg_dict = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+        (tmp / "manifest.json").write_text(json.dumps({"config": cfg_dict, "inputs": inputs, "stats": st},
+                                                      indent=2) + "\n", encoding="utf-8")
+    if cfg.metrics_path:
+        write_json_atomic(cfg.metrics_path, st)
+    return st
+
+
+def prepare(cfg: PrepareConfig | None = None) -> dict:
+    """Run the whole stage; return the dataset statistics."""
+    cfg = cfg or PrepareConfig()
+    full, corpus = load_raw(cfg.raw_dir)
+    try:
+        inputs = json.loads((cfg.raw_dir / RAW_MANIFEST).read_text(encoding="utf-8")).get("files", {})
+    except (OSError, ValueError):
+        inputs = {}
+    p = build(full, corpus, cfg)
+    st = write(p, cfg, {k: v.get("sha256") for k, v in inputs.items()})
+    for ds, splits in st["working"].items():
+        for split, counts in splits.items():
+            log.info("%s/%s: %d claims %s", ds, split, counts["total"],
+                     {k: v for k, v in counts.items() if k != "total"})
+    return st
+
+
+# --- readers for later stages ---------------------------------------------------------------------
+
+def load_split(dataset: str, split: str, prepared_dir: Path | str = "data/prepared") -> list[ClaimRecord]:
+    path = Path(prepared_dir) / dataset / f"{split}.jsonl"
+    return [ClaimRecord.model_validate(r) for r in read_jsonl(path)]
+
+
+def load_full(dataset: str, prepared_dir: Path | str = "data/prepared") -> list[ClaimRecord]:
+    return [ClaimRecord.model_validate(r) for r in read_jsonl(Path(prepared_dir) / "full" / f"{dataset}.jsonl")]
+
+
+def load_corpus(prepared_dir: Path | str = "data/prepared") -> list[CorpusDoc]:
+    return [CorpusDoc.model_validate(r) for r in read_jsonl(Path(prepared_dir) / "corpus.jsonl")]
+
+
+__all__ = ["PrepareConfig", "prepare", "load_split", "load_full", "load_corpus", "Label"]

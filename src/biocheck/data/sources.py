@@ -1,0 +1,139 @@
+"""Readers for the raw releases: turn official files into `ClaimRecord`s and `CorpusDoc`s.
+
+Each reader is strict: a malformed file raises `InputError` naming the file, the line or row,
+and the offending value, instead of silently dropping or guessing.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+
+from biocheck.data.schema import ClaimRecord, CorpusDoc, GoldEvidence
+from biocheck.io import InputError, parse_jsonl
+from biocheck.labels import Label
+
+SCIFACT_LABELS = {"SUPPORT": Label.SUPPORTED, "CONTRADICT": Label.REFUTED}
+HEALTHFC_LABELS = {0: Label.SUPPORTED, 1: Label.NEI, 2: Label.REFUTED}
+HEALTHFC_COLUMNS = ("en_claim", "label")  # required; the rest are kept as metadata when present
+HEALTHFC_META = {"en_explanation": "explanation", "url": "url", "date": "date"}
+
+
+# --- SciFact --------------------------------------------------------------------------------------
+
+def read_scifact_tar(path: Path) -> dict[str, bytes]:
+    """Return the bytes of claims_train/claims_dev/corpus from the release tarball, by base name."""
+    wanted = {"claims_train.jsonl", "claims_dev.jsonl", "corpus.jsonl"}
+    out: dict[str, bytes] = {}
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                name = Path(member.name).name
+                if member.isfile() and name in wanted:
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    out[name] = f.read()
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise InputError(f"{path}: not a readable tar.gz ({e}). Re-fetch with `biocheck data fetch --force`.") from None
+    missing = sorted(wanted - out.keys())
+    if missing:
+        raise InputError(f"{path}: the SciFact release has no {', '.join(missing)} (found: {sorted(out)}).")
+    return out
+
+
+def _field(row: dict, key: str, kind: type | tuple[type, ...], where: str):
+    if key not in row:
+        raise InputError(f"{where}: missing field '{key}'.")
+    value = row[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise InputError(f"{where}: field '{key}' should be {getattr(kind, '__name__', kind)}, got {value!r}.")
+    return value
+
+
+def parse_scifact_claims(data: bytes, where: str, split: str) -> list[ClaimRecord]:
+    """SciFact claims -> records. CONTRADICT -> REFUTED, SUPPORT -> SUPPORTED, no evidence -> NEI."""
+    records = []
+    for i, row in enumerate(parse_jsonl(data, where), start=1):
+        at = f"{where}, record {i}" + (f" (id {row['id']})" if "id" in row else "")
+        cid = _field(row, "id", int, at)
+        claim = _field(row, "claim", str, at)
+        evidence_raw = _field(row, "evidence", dict, at)
+        cited = _field(row, "cited_doc_ids", list, at)
+        evidence: list[GoldEvidence] = []
+        for doc_id, sets in evidence_raw.items():
+            if not isinstance(sets, list):
+                raise InputError(f"{at}: evidence for doc {doc_id} should be a list, got {sets!r}.")
+            for s in sets:
+                raw_label = s.get("label") if isinstance(s, dict) else None
+                if raw_label not in SCIFACT_LABELS:
+                    raise InputError(
+                        f"{at}: unknown evidence label {raw_label!r} for doc {doc_id} "
+                        f"(expected one of {sorted(SCIFACT_LABELS)})."
+                    )
+                sentences = s.get("sentences")
+                if not isinstance(sentences, list) or not all(isinstance(x, int) for x in sentences):
+                    raise InputError(f"{at}: evidence sentences for doc {doc_id} should be a list of ints.")
+                evidence.append(GoldEvidence(doc_id=str(doc_id), sentences=sentences,
+                                             label=SCIFACT_LABELS[raw_label]))
+        labels = {e.label for e in evidence}
+        if len(labels) > 1:  # never happens in the official release; refuse rather than guess
+            raise InputError(f"{at}: evidence mixes SUPPORT and CONTRADICT; the claim label is ambiguous.")
+        records.append(ClaimRecord(
+            id=str(cid), dataset="scifact", split=split, claim=claim,
+            label=labels.pop() if labels else Label.NEI,
+            evidence=evidence, cited_doc_ids=[str(d) for d in cited],
+        ))
+    return records
+
+
+def parse_scifact_corpus(data: bytes, where: str) -> list[CorpusDoc]:
+    docs = []
+    for i, row in enumerate(parse_jsonl(data, where), start=1):
+        at = f"{where}, record {i}" + (f" (doc_id {row['doc_id']})" if "doc_id" in row else "")
+        doc_id = _field(row, "doc_id", int, at)
+        title = _field(row, "title", str, at)
+        abstract = _field(row, "abstract", list, at)
+        if not all(isinstance(s, str) for s in abstract):
+            raise InputError(f"{at}: 'abstract' should be a list of sentence strings.")
+        docs.append(CorpusDoc(id=str(doc_id), title=title, abstract=abstract,
+                              structured=bool(row.get("structured", False))))
+    return docs
+
+
+# --- HealthFC -------------------------------------------------------------------------------------
+
+def read_healthfc_csv(path: Path) -> list[ClaimRecord]:
+    """HealthFC CSV -> records (all in the `test` split). Labels 0/1/2 -> SUPPORTED/NEI/REFUTED."""
+    data = Path(path).read_bytes()
+    if not data.strip():
+        raise InputError(f"{path}: the file is empty. Re-fetch it with `biocheck data fetch --force`.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputError(f"{path}, line {line}: bytes that are not UTF-8 ({data[e.start:e.start + 8]!r}).") from None
+    try:
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise InputError(f"{path}: not a readable CSV ({e}).") from None
+    missing = [c for c in HEALTHFC_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError(
+            f"{path}: missing column(s) {missing}; found {list(df.columns)}. "
+            "HealthFC's Datensatz.csv must have 'en_claim' and 'label' (was a column renamed?)."
+        )
+    records = []
+    for row_no, row in enumerate(df.to_dict("records")):
+        at = f"{path}, row {row_no + 2}"  # +1 header, +1 one-based: the line a spreadsheet shows
+        raw_label = row["label"].strip()
+        if not raw_label.isdigit() or int(raw_label) not in HEALTHFC_LABELS:
+            raise InputError(f"{at}: unknown label {raw_label!r} (expected 0, 1 or 2).")
+        meta = {out: row[col] for col, out in HEALTHFC_META.items() if row.get(col)}
+        records.append(ClaimRecord(
+            id=str(row_no), dataset="healthfc", split="test", claim=row["en_claim"],
+            label=HEALTHFC_LABELS[int(raw_label)], meta=meta,
+        ))
+    return records

@@ -1,0 +1,127 @@
+"""Atomic file output and strict JSONL input.
+
+A stage either leaves its complete output or none: everything is written to a temporary sibling
+and moved into place with `os.replace`, so a crash or a kill never leaves a half-written file
+for the next stage (or DVC) to pick up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+TMP_PREFIX = ".tmp-"
+
+
+class InputError(Exception):
+    """Bad input data: the message says what is wrong, where, and how to fix it."""
+
+
+@contextlib.contextmanager
+def atomic_path(dest: Path | str) -> Iterator[Path]:
+    """Yield a temporary path next to `dest`; on success it replaces `dest`, on error it vanishes."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{dest.name}.", dir=dest.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, dest)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: Path | str) -> Iterator[Path]:
+    """Yield an empty temporary directory that replaces `dest` as a whole on success.
+
+    On error the temporary directory is removed and `dest` is left exactly as it was.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{dest.name}.", dir=dest.parent))
+    old = dest.parent / f"{TMP_PREFIX}{dest.name}.old-{os.getpid()}"
+    try:
+        yield tmp
+        if dest.exists():
+            os.replace(dest, old)  # two renames: the gap is a moment with no output, never a mixed one
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_stale_tmp(directory: Path | str) -> None:
+    """Delete temporaries that a killed process could not clean up."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    for p in directory.glob(f"{TMP_PREFIX}*"):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def write_text_atomic(dest: Path | str, text: str) -> None:
+    with atomic_path(dest) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(dest: Path | str, obj: Any) -> None:
+    write_text_atomic(dest, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+
+
+def dump_jsonl(path: Path, rows: Iterable[BaseModel | dict]) -> int:
+    """Write rows as JSON lines (not atomic by itself: call inside `atomic_path`/`atomic_dir`)."""
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            obj = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
+            f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def parse_jsonl(data: bytes, where: str) -> list[dict]:
+    """Parse JSON lines strictly; every problem names the file (`where`) and line number."""
+    if not data.strip():
+        raise InputError(f"{where}: the file is empty. Re-fetch it with `biocheck data fetch --force`.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputError(
+            f"{where}, line {line}: bytes that are not UTF-8 ({data[e.start:e.start + 8]!r}). "
+            "The file is corrupt or in another encoding; re-fetch it with `biocheck data fetch --force`."
+        ) from None
+    rows: list[dict] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            hint = " (the last line is cut short: was the file truncated?)" if i == len(lines) else ""
+            raise InputError(f"{where}, line {i}: invalid JSON{hint}: {e.msg} at column {e.colno}.") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{where}, line {i}: expected a JSON object, got {type(obj).__name__}.")
+        rows.append(obj)
+    return rows
+
+
+def read_jsonl(path: Path | str) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file.")
+    return parse_jsonl(path.read_bytes(), str(path))

@@ -1,0 +1,1 @@
+"""Evidence layer: PubMed E-utilities client, evidence store and local search engine."""

@@ -1,0 +1,39 @@
+"""Records that cross the evidence layer's boundary (search backends, store, agent tool)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class Article(BaseModel):
+    """One paper as the agent sees it.
+
+    `pmid` is the PubMed id for PubMed-backed searches, or the corpus's own document id when the
+    corpus is not PubMed (the SciFact corpus uses S2ORC ids).
+    """
+
+    pmid: str
+    title: str = ""
+    abstract: str = ""  # structured abstracts keep their section labels ("BACKGROUND: ...")
+    year: int | None = None
+    journal: str | None = None
+    mesh: list[str] = Field(default_factory=list)
+    source: str = "unknown"  # e.g. "entrez", "corpus:scifact", "baseline:pubmed25n0001.xml.gz"
+
+
+class SearchError(Exception):
+    """A search that could not be answered (malformed query, backend down, ...).
+
+    The agent's tool turns it into a short text for the model to read; it never ends an episode.
+    """
+
+
+class SearchResult(BaseModel):
+    """One answered query: what every backend returns and what the evidence store keeps."""
+
+    query: str
+    backend: str  # "entrez" | "local" | "replay" | ...
+    articles: list[Article] = Field(default_factory=list)  # in the backend's relevance order
+    translation: str | None = None  # esearch's QueryTranslation (entrez only)
+    searched_at: str | None = None  # ISO-8601 UTC time the backend answered
+    total: int | None = None  # hits the backend reported (esearch Count), when known
