@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from biocheck import __version__
 
@@ -37,7 +38,7 @@ ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one 
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -96,7 +97,7 @@ def data_fetch(
     manifest = _run(fetch_stage, params, raw_dir=raw_dir, mirror=mirror, force=force or None,
                     progress=progress and sys.stderr.isatty())
     for name, f in manifest["files"].items():
-        err.print(f"{name}: {f['bytes']:,} bytes  sha256 {f['sha256']}  from {f['origin']}", highlight=False)
+        err.print(f"{name}: {f['bytes']:,} bytes  sha256 {f['sha256']}  from {f['origin']}", highlight=False, markup=False)
 
 
 @data_app.command("prepare")
@@ -121,13 +122,13 @@ def data_prepare(
     stats = _run(prepare_stage, params, **overrides)
     for ds, splits in stats["working"].items():
         for split, c in splits.items():
-            err.print(f"{ds}/{split}: {c['total']} claims (S {c['SUPPORTED']} / R {c['REFUTED']} / NEI {c['NEI']})")
+            err.print(f"{ds}/{split}: {c['total']} claims (S {c['SUPPORTED']} / R {c['REFUTED']} / NEI {c['NEI']})", markup=False)
 
 
 @data_app.command("validate")
 def data_validate(
     params: ParamsOpt = Path("params.yaml"),
-    prepared_dir: Annotated[Optional[Path], typer.Option(help="Prepared data [default: data/prepared].")] = None,
+    prepared_dir: Annotated[Optional[Path], typer.Option(help="Prepared data [default: data.out_dir, data/prepared].")] = None,
     report: Annotated[Optional[Path], typer.Option(
         "--report", help="JSON report of every check [default: reports/validation.json].")] = None,
 ) -> None:
@@ -143,7 +144,7 @@ def data_validate(
 
     result = _run(validate_stage, params, prepared_dir=prepared_dir, report_path=report)
     if result.success:
-        err.print(f"[green]{result.summary()}[/]")
+        err.print(f"[green]{escape(result.summary())}[/]")
     else:
         _fail(result.summary())
 
@@ -178,7 +179,7 @@ def profile_use(
         _fail(f"no profile {name!r}; available: {', '.join(profiles) or 'none (run from the repo root)'}.")
     _run(load_params, profiles[name])  # refuse to install a file that does not parse
     write_text_atomic(params, profiles[name].read_text(encoding="utf-8"))
-    err.print(f"{params} is now the '{name}' profile. Run `dvc repro` to rebuild what changed.")
+    err.print(f"{params} is now the '{name}' profile. Run `dvc repro` to rebuild what changed.", markup=False)
 
 
 @profile_app.command("show")

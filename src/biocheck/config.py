@@ -65,4 +65,6 @@ def prepare_config(params: dict[str, Any], **overrides: Any):
 def validate_config(params: dict[str, Any], **overrides: Any):
     from biocheck.data.validate import ValidateConfig
 
-    return section(params, "validate", ValidateConfig, **overrides)
+    # Validate what `prepare` wrote: its folder comes from data.out_dir, not a second key.
+    prepared = overrides.pop("prepared_dir", None) or (params.get("data") or {}).get("out_dir")
+    return section(params, "validate", ValidateConfig, prepared_dir=prepared, **overrides)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from biocheck.data.fetch import MANIFEST as RAW_MANIFEST
 from biocheck.data.schema import SPLITS, ClaimRecord, CorpusDoc
-from biocheck.data.sources import parse_scifact_claims, parse_scifact_corpus, read_healthfc_csv, read_scifact_tar
+from biocheck.data.sources import check_unique_ids, parse_scifact_claims, parse_scifact_corpus, read_healthfc_csv, read_scifact_tar
 from biocheck.data.split import stratified_split, stratified_subset
 from biocheck.io import InputError, atomic_dir, dump_jsonl, read_jsonl, write_json_atomic
 from biocheck.labels import LABELS, Label
@@ -76,6 +76,7 @@ def load_raw(raw_dir: Path) -> tuple[dict[str, list[ClaimRecord]], list[CorpusDo
     sf_train = parse_scifact_claims(files["claims_train.jsonl"], f"{tar}:claims_train.jsonl", "train")
     sf_dev = parse_scifact_claims(files["claims_dev.jsonl"], f"{tar}:claims_dev.jsonl", "test")
     corpus = parse_scifact_corpus(files["corpus.jsonl"], f"{tar}:corpus.jsonl")
+    check_unique_ids(sf_train + sf_dev, f"{tar}: claims_train.jsonl + claims_dev.jsonl")
     return {"scifact": sf_train + sf_dev, "healthfc": read_healthfc_csv(csv)}, corpus
 
 

@@ -53,6 +53,14 @@ def _field(row: dict, key: str, kind: type | tuple[type, ...], where: str):
     return value
 
 
+def check_unique_ids(records: list[ClaimRecord], where: str) -> None:
+    seen: dict[str, int] = {}
+    for i, r in enumerate(records, start=1):
+        if r.id in seen:
+            raise InputError(f"{where}: duplicate claim id {r.id!r} (records {seen[r.id]} and {i}); ids must be unique.")
+        seen[r.id] = i
+
+
 def parse_scifact_claims(data: bytes, where: str, split: str) -> list[ClaimRecord]:
     """SciFact claims -> records. CONTRADICT -> REFUTED, SUPPORT -> SUPPORTED, no evidence -> NEI."""
     records = []
@@ -86,6 +94,7 @@ def parse_scifact_claims(data: bytes, where: str, split: str) -> list[ClaimRecor
             label=labels.pop() if labels else Label.NEI,
             evidence=evidence, cited_doc_ids=[str(d) for d in cited],
         ))
+    check_unique_ids(records, where)
     return records
 
 

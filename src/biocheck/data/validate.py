@@ -220,7 +220,10 @@ def run_checks(tables: list[Table], cfg: ValidateConfig) -> ValidationResult:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
     ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)  # our own output stays readable
     source = ctx.data_sources.add_pandas("prepared")
     checks: list[dict[str, Any]] = []
     for i, table in enumerate(tables):

@@ -1,0 +1,101 @@
+"""Tiny, hand-written datasets in the official release formats (never copies of the real data)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tarfile
+from pathlib import Path
+
+CORPUS = [
+    {"doc_id": 101, "title": "Vitamin D and fracture risk", "abstract": [
+        "Vitamin D supplementation reduced hip fractures in older adults.", "The effect was dose dependent."],
+     "structured": False},
+    {"doc_id": 102, "title": "Statins and memory", "abstract": [
+        "Statin use was not associated with cognitive decline.", "Memory scores were unchanged."],
+     "structured": False},
+    {"doc_id": 103, "title": "Aspirin in primary prevention", "abstract": [
+        "Aspirin increased major bleeding.", "It did not reduce cardiovascular mortality."], "structured": True},
+    {"doc_id": 104, "title": "Exercise and depression", "abstract": [
+        "Aerobic exercise reduced depressive symptoms.", "Effects persisted at one year."], "structured": False},
+    {"doc_id": 105, "title": "Coffee and arrhythmia", "abstract": [
+        "Coffee intake was not linked to atrial fibrillation."], "structured": False},
+]
+
+
+def claim(cid: int, text: str, label: str | None, doc: int = 101, cited: list[int] | None = None) -> dict:
+    evidence = {} if label is None else {str(doc): [{"sentences": [0], "label": label}]}
+    return {"id": cid, "claim": text, "evidence": evidence, "cited_doc_ids": cited if cited is not None else [doc]}
+
+
+def scifact_train() -> list[dict]:
+    rows = []
+    for i in range(10):
+        rows.append(claim(i, f"Vitamin D supplementation lowers fracture risk, variant {i}.", "SUPPORT", 101))
+    for i in range(10, 15):
+        rows.append(claim(i, f"Aspirin lowers cardiovascular mortality, variant {i}.", "CONTRADICT", 103))
+    for i in range(15, 23):
+        rows.append(claim(i, f"Coffee causes arrhythmia in teenagers, variant {i}.", None, 105))
+    return rows
+
+
+def scifact_dev() -> list[dict]:
+    return [
+        claim(100, "Exercise reduces depressive symptoms.", "SUPPORT", 104),
+        claim(101, "Statins cause memory loss.", "CONTRADICT", 102),
+        claim(102, "Coffee consumption prevents dementia.", None, 105),
+        claim(103, "Aerobic exercise worsens depression in adults.", "CONTRADICT", 104),
+    ]
+
+
+HEALTHFC_HEADER = ["en_claim", "en_explanation", "en_top_sentences", "de_claim", "de_explanation",
+                   "de_top_sentences", "label", "de_verdict", "de_title", "authors", "date", "url"]
+
+
+def healthfc_rows() -> list[dict]:
+    texts = [("Can masks reduce corona infections?", 0), ("Does zinc shorten a cold?", 1),
+             ("Does homeopathy cure allergies?", 2), ("Does fish oil protect the heart?", 1),
+             ("Can vitamin C prevent colds in athletes?", 0), ("Do magnets relieve back pain?", 2),
+             ("Does green tea help weight loss?", 1)]
+    return [{"en_claim": t, "en_explanation": "Because studies.", "en_top_sentences": "", "de_claim": "",
+             "de_explanation": "", "de_top_sentences": "", "label": str(lab), "de_verdict": "",
+             "de_title": "", "authors": "", "date": "2023-01-01", "url": f"https://example.org/{i}"}
+            for i, (t, lab) in enumerate(texts)]
+
+
+def jsonl_bytes(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8")
+
+
+def write_scifact_tar(path: Path, train: list[dict] | bytes | None = None, dev: list[dict] | bytes | None = None,
+                      corpus: list[dict] | bytes | None = None) -> Path:
+    """A tarball laid out like the official release: data/claims_*.jsonl, data/corpus.jsonl."""
+    files = {"claims_train.jsonl": scifact_train() if train is None else train,
+             "claims_dev.jsonl": scifact_dev() if dev is None else dev,
+             "claims_test.jsonl": [{"id": 900, "claim": "Hidden label claim."}],
+             "corpus.jsonl": CORPUS if corpus is None else corpus}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, content in files.items():
+            data = content if isinstance(content, bytes) else jsonl_bytes(content)
+            info = tarfile.TarInfo(f"data/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def csv_bytes(rows: list[dict], header: list[str] | None = None) -> bytes:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=header or HEALTHFC_HEADER, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    return b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8")  # UTF-8 with BOM, like the release
+
+
+def write_raw(root: Path, **scifact) -> Path:
+    """A complete raw folder (the layout `biocheck data fetch` and mirrors use)."""
+    write_scifact_tar(root / "scifact" / "data.tar.gz", **scifact)
+    (root / "healthfc").mkdir(parents=True, exist_ok=True)
+    (root / "healthfc" / "Datensatz.csv").write_bytes(csv_bytes(healthfc_rows()))
+    return root

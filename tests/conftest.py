@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.builders import write_raw
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+REPO = Path(__file__).resolve().parents[1]
+_MIRROR = os.environ.get("BIOCHECK_DATA_MIRROR", "").strip()
+MIRROR = Path(_MIRROR).resolve() if _MIRROR else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_tracking(tmp_path_factory):
+    """Every test run logs to its own throw-away MLflow database, never the repo's mlflow.db."""
+    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{db}"
+    yield db
+    if old is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = old
+
+
+@pytest.fixture(autouse=True)
+def _no_mirror_by_default(monkeypatch):
+    """Tests opt in to a mirror explicitly; the developer's own env var must not leak into them."""
+    monkeypatch.delenv("BIOCHECK_DATA_MIRROR", raising=False)
+
+
+@pytest.fixture
+def real_mirror() -> Path:
+    if MIRROR is None or not (MIRROR / "scifact" / "data.tar.gz").is_file():
+        pytest.skip("needs the real datasets: set BIOCHECK_DATA_MIRROR (e.g. ../shared/datasets)")
+    return MIRROR
+
+
+@pytest.fixture
+def raw_dir(tmp_path) -> Path:
+    return write_raw(tmp_path / "raw")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "real_mirror" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.realdata)
