@@ -61,10 +61,11 @@ def main(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
 ) -> None:
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
-                        handlers=[RichHandler(console=err, show_path=False, rich_tracebacks=False)])
-    for noisy in ("httpx", "httpcore", "great_expectations", "alembic", "mlflow"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    handler = RichHandler(console=err, show_path=False, rich_tracebacks=False)
+    # Our own INFO lines are progress a user wants; other libraries' (GX, MLflow, httpx) are noise
+    # unless --verbose.
+    handler.addFilter(lambda r: verbose or r.name.startswith("biocheck") or r.levelno >= logging.WARNING)
+    logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]", handlers=[handler])
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 
@@ -88,7 +89,7 @@ def data_fetch(
     """Download SciFact and HealthFC (official URLs) into data/raw/.
 
     Writes data/raw/scifact/data.tar.gz, data/raw/healthfc/Datensatz.csv and data/raw/manifest.json
-    (sha256, size, origin, date of each file). Downloads use timeouts, bounded retries with backoff and
+    (sha256, size and origin of each file). Downloads use timeouts, bounded retries with backoff and
     atomic writes: an interrupted download leaves no partial file. With BIOCHECK_DATA_MIRROR=DIR the
     files are copied from DIR/scifact/data.tar.gz and DIR/healthfc/Datensatz.csv instead.
     """

@@ -8,7 +8,6 @@ everything after opening the byte stream (progress, hashing, atomic write, manif
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import logging
 import os
@@ -180,8 +179,7 @@ def fetch(cfg: FetchConfig | None = None) -> dict:
             "origin": origin,
             "url": src.url,
             "sha256": digest,
-            "bytes": size,
-            "fetched_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "bytes": size,  # no timestamp: the same bytes must give the same DVC hash of data/raw
         }
     write_json_atomic(raw / MANIFEST, manifest)
     return manifest

@@ -147,7 +147,7 @@ def prepare(cfg: PrepareConfig | None = None) -> dict:
     st = write(p, cfg, {k: v.get("sha256") for k, v in inputs.items()})
     for ds, splits in st["working"].items():
         for split, counts in splits.items():
-            log.info("%s/%s: %d claims %s", ds, split, counts["total"],
+            log.debug("%s/%s: %d claims %s", ds, split, counts["total"],
                      {k: v for k, v in counts.items() if k != "total"})
     return st
 
