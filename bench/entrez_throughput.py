@@ -1,0 +1,116 @@
+"""Throughput of the Entrez client under NCBI's rate limit, against the local fake E-utilities.
+
+For each limit (3/s without a key, 10/s with one) a fake server counts every request that
+breaks the limit in any 1-second sliding window, while N caller threads run searches
+(esearch + efetch) back to back for a fixed time through one shared EntrezClient. Pass when
+the server saw at least 90% of the limit and zero violations.
+
+    .venv/bin/python bench/entrez_throughput.py                      # 8 callers, 10 s per limit
+    .venv/bin/python bench/entrez_throughput.py --duration 30 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import threading
+import time
+from itertools import pairwise
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]  # run as a plain script; tests/ holds the fake server
+
+from tests.fake_eutils import FakeEutils
+
+from biocheck.pubmed.entrez import EntrezClient
+
+QUERIES = ["aspirin", "vitamin d", "statin cholesterol", "coffee mortality", "metformin cancer", "influenza"]
+BENCH_KEY = "bench-key-not-a-real-key"
+
+
+def run(rate: int, callers: int, duration: float, latency: float) -> dict:
+    with FakeEutils(max_per_second=rate, latency=latency) as server:
+        client = EntrezClient(base_url=server.url, api_key=BENCH_KEY if rate == 10 else None)
+        assert client.limiter.rate == rate, "the client picks its limit from the key"
+        latencies: list[float] = []
+        errors: list[str] = []
+        lock = threading.Lock()
+        t0 = time.monotonic()
+        deadline = t0 + duration
+
+        def caller(i: int) -> None:
+            k = i
+            while time.monotonic() < deadline:
+                start = time.monotonic()
+                try:
+                    client.search(QUERIES[k % len(QUERIES)], n=3)
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    with lock:
+                        errors.append(str(exc))
+                with lock:
+                    latencies.append(time.monotonic() - start)
+                k += 1
+
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        client.close()
+        in_window = [r for r in server.requests if t0 <= r.time <= deadline]
+        throughput = len(in_window) / duration
+        arrivals = sorted(r.time for r in server.requests)
+        gaps = [b - a for a, b in pairwise(arrivals)]
+        return {
+            "limit_per_s": rate,
+            "api_key": rate == 10,
+            "callers": callers,
+            "duration_s": duration,
+            "requests": len(in_window),
+            "throughput_per_s": round(throughput, 3),
+            "fraction_of_limit": round(throughput / rate, 3),
+            "violations": server.violations,
+            "max_in_any_1s_window": server.max_in_window(1.0),
+            "min_gap_ms": round(1000 * min(gaps), 1) if gaps else None,  # spacing is (1 + slack) / limit
+            "searches": len(latencies),
+            "search_latency_p50_s": round(statistics.median(latencies), 3) if latencies else None,
+            "errors": len(errors),
+            "passed": throughput >= 0.9 * rate and server.violations == 0 and not errors,
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per limit (default 10)")
+    parser.add_argument("--callers", type=int, default=8, help="concurrent caller threads (default 8)")
+    parser.add_argument("--rates", default="3,10", help="limits to test: 3 (no key) and/or 10 (key)")
+    parser.add_argument("--latency", type=float, default=0.02, help="simulated server latency in s (default 0.02)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    results = []
+    for rate in (int(r) for r in args.rates.split(",")):
+        if rate not in (3, 10):
+            parser.error(f"NCBI's limits are 3/s (no key) and 10/s (key), not {rate}")
+        results.append(run(rate, args.callers, args.duration, args.latency))
+
+    print("| limit | key | callers | duration | requests | throughput | of limit | max in 1 s | min gap | violations | pass |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['limit_per_s']}/s | {'yes' if r['api_key'] else 'no'} | {r['callers']} | {r['duration_s']:g} s "
+            f"| {r['requests']} | {r['throughput_per_s']:.2f}/s | {r['fraction_of_limit']:.1%} "
+            f"| {r['max_in_any_1s_window']} | {r['min_gap_ms']} ms | {r['violations']} | {'yes' if r['passed'] else 'NO'} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0 if all(r["passed"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

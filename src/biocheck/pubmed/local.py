@@ -1,0 +1,311 @@
+"""Offline PubMed-style search over an abstract corpus (tantivy index, BM25 ranking).
+
+Usage::
+
+    index = LocalIndex.build(articles_from_corpus("data/prepared/corpus.jsonl"), path)
+    index = LocalIndex.open(path)                    # later, fast: memory-mapped files
+    index.search('(aspirin OR ibuprofen) AND "heart attack"[tiab]', n=5)
+    index.search("aspirin reduces the risk of heart attack", mode="bm25")
+
+Why tantivy, the query language and the BM25 variant: docs/search.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, Literal
+
+import tantivy
+from tqdm import tqdm
+
+from biocheck.pubmed import local_schema as S
+from biocheck.pubmed.corpus import articles_from_corpus
+from biocheck.pubmed.local_analysis import register
+from biocheck.pubmed.local_compile import Compiled, QueryCompiler
+from biocheck.pubmed.query import MAX_QUERY_CHARS, parse, to_string
+from biocheck.pubmed.types import Article, SearchError, SearchResult
+
+__all__ = ["LocalIndex", "articles_from_corpus"]
+
+log = logging.getLogger(__name__)
+
+META_FILE = "biocheck_index.json"
+FORMAT_VERSION = 1  # bump when the schema or analyzers change: old indexes must be rebuilt
+MAX_N = 1000
+BM25 = {
+    "variant": "tantivy (Lucene-style) BM25, idf = ln(1 + (N - df + 0.5) / (df + 0.5))",
+    "k1": 1.2,
+    "b": 0.75,
+}
+_TIE_FETCH_LIMIT = 5000  # enough candidates to order score ties by pmid
+
+
+class LocalIndex:
+    """A searchable set of Articles, in memory or in a directory (a DVC output).
+
+    Searches may run from several threads; ``add`` swaps in a new searcher when it is done.
+    """
+
+    name = "local"  # backend name, as in SearchResult.backend
+
+    def __init__(self, index: tantivy.Index, path: Path | None, meta: dict[str, Any]) -> None:
+        self._index = index
+        self._path = path
+        self._meta = meta
+        self._refresh()
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        articles: Iterable[Article],
+        path: Path | None = None,
+        progress: bool = False,
+        threads: int = 1,
+        heap_mb: int = 256,
+    ) -> LocalIndex:
+        """Index ``articles`` into a new index; ``path=None`` keeps it in memory.
+
+        On disk the index is written to a temporary sibling directory and renamed into place at
+        the end, so ``path`` never holds a half-built index. An existing index at ``path`` is
+        replaced; any other non-empty directory is refused, so a wrong path cannot wipe files.
+        A pmid seen twice keeps its last version.
+        """
+        started = time.perf_counter()
+        if path is None:
+            index = tantivy.Index(S.build_schema())
+            register(index)
+            count = _write(index, articles, upsert=False, progress=progress, threads=threads, heap_mb=heap_mb)
+            return cls(index, None, _build_meta(count, started))
+        path = Path(path)
+        _check_replaceable(path)
+        staging = path.with_name(f".{path.name}.building-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            index = tantivy.Index(S.build_schema(), path=str(staging), reuse=False)
+            register(index)
+            count = _write(index, articles, upsert=False, progress=progress, threads=threads, heap_mb=heap_mb)
+            del index  # release the files before the directory moves
+            meta = _build_meta(count, started)
+            (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            if path.exists():
+                shutil.rmtree(path)
+            staging.rename(path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        log.info("Indexed %d articles in %.1fs into %s", count, meta["build_seconds"], path)
+        return cls.open(path)
+
+    @classmethod
+    def open(cls, path: Path) -> LocalIndex:
+        """Open an index written by ``build``; raises FileNotFoundError/ValueError with a hint."""
+        path = Path(path)
+        meta_file = path / META_FILE
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"No local search index at {path} (missing {META_FILE}); build it first")
+        meta = json.loads(meta_file.read_text())
+        if meta.get("format") != FORMAT_VERSION:
+            raise ValueError(
+                f"Local index at {path} has format {meta.get('format')}, this code reads {FORMAT_VERSION}; "
+                "rebuild it"
+            )
+        started = time.perf_counter()
+        try:
+            index = tantivy.Index.open(str(path))
+        except (ValueError, OSError) as exc:
+            built_with = meta.get("tantivy_version")
+            raise ValueError(
+                f"Cannot open local index at {path} (built with tantivy {built_with}, "
+                f"running {version('tantivy')}): {exc}; rebuild it"
+            ) from exc
+        register(index)
+        opened = cls(index, path, meta)
+        opened._meta["open_seconds"] = round(time.perf_counter() - started, 4)
+        return opened
+
+    def _stored_meta(self) -> dict[str, Any]:
+        return {k: v for k, v in self._meta.items() if k != "open_seconds"}
+
+    def add(self, articles: Iterable[Article], progress: bool = False) -> int:
+        """Add or replace (same pmid) articles; searches see them on return. Returns the count."""
+        count = _write(self._index, articles, upsert=True, progress=progress, threads=1, heap_mb=64)
+        self._meta["added_docs"] = self._meta.get("added_docs", 0) + count
+        self._meta["updated_at"] = _now()
+        if self._path is not None:
+            (self._path / META_FILE).write_text(json.dumps(self._stored_meta(), indent=2) + "\n")
+        self._refresh()
+        return count
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def search(self, query: str, n: int = 5, mode: Literal["boolean", "bm25"] = "boolean") -> SearchResult:
+        """Top ``n`` articles for ``query``, best first; ties broken by pmid.
+
+        ``boolean``: PubMed syntax selects the matches, BM25 orders them; ``total`` is the
+        number of matches. ``bm25``: free text, any query word may match (``total`` is None).
+        Raises SearchError for a malformed query or an impossible ``n``.
+        """
+        if not isinstance(n, int) or not 1 <= n <= MAX_N:
+            raise SearchError(f"n must be an integer between 1 and {MAX_N} (got {n!r})")
+        view = self._view  # one consistent snapshot even if add() swaps in a new one meanwhile
+        translation: str | None = None
+        if mode == "boolean":
+            node = parse(query)
+            translation = to_string(node)
+        elif mode == "bm25":
+            if not query.strip():
+                raise SearchError("Empty query: give at least one search term")
+            if len(query) > MAX_QUERY_CHARS:
+                raise SearchError(f"Query too long ({len(query)} characters; the limit is {MAX_QUERY_CHARS})")
+        else:
+            raise ValueError(f"mode must be 'boolean' or 'bm25', not {mode!r}")
+        try:
+            if mode == "boolean":
+                compiled = view.compiler.boolean(node)
+            else:
+                compiled = view.compiler.free_text(query)
+            addresses, total = _top(view.searcher, compiled, n, count=mode == "boolean")
+            articles = [S.from_document(view.searcher.doc(address)) for address in addresses]
+        except (ValueError, OSError) as exc:  # tantivy reports its failures as these
+            log.exception("Local search failed for %r", query)
+            raise SearchError(f"Local search failed: {exc}") from exc
+        return SearchResult(
+            query=query,
+            backend="local",
+            articles=articles,
+            translation=translation,
+            searched_at=_now(),
+            total=total,
+        )
+
+    def get(self, pmid: str) -> Article | None:
+        searcher = self._view.searcher
+        hits = searcher.search(tantivy.Query.term_query(self._index.schema, S.PMID, pmid), 1).hits
+        return S.from_document(searcher.doc(hits[0][1])) if hits else None
+
+    def __len__(self) -> int:
+        return self._view.searcher.num_docs
+
+    def stats(self) -> dict[str, Any]:
+        """Numbers worth logging (MLflow): size, build time, MeSH coverage, BM25 parameters."""
+        size = None
+        if self._path is not None:
+            size = sum(f.stat().st_size for f in self._path.rglob("*") if f.is_file())
+        return {
+            **self._meta,
+            "docs": len(self),
+            "docs_with_mesh": self._view.searcher.doc_freq(S.FLAGS, S.HAS_MESH_FLAG),
+            "segments": self._view.searcher.num_segments,
+            "size_bytes": size,
+            "path": str(self._path) if self._path else None,
+            "bm25": BM25,
+        }
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        self._index.reload()
+        searcher = self._index.searcher()
+        has_mesh = searcher.doc_freq(S.FLAGS, S.HAS_MESH_FLAG) > 0
+        self._view = _View(searcher, QueryCompiler(self._index.schema, searcher, has_mesh=has_mesh))
+
+
+@dataclass(frozen=True)
+class _View:
+    """A searcher and the compiler made for it (wildcards expand on that searcher's words)."""
+
+    searcher: tantivy.Searcher
+    compiler: QueryCompiler
+
+
+def _top(
+    searcher: tantivy.Searcher, compiled: Compiled, n: int, count: bool
+) -> tuple[list[tantivy.DocAddress], int | None]:
+    """The n best hits, ties ordered by pmid, and the match count when asked for."""
+    if not compiled.rank_terms:
+        # Nothing to score (e.g. only a quoted stopword): every score ties, pmid decides.
+        result = searcher.search(
+            compiled.query, n, count=count, order_by_field=S.PMID, order=tantivy.Order.Asc
+        )
+        return [address for _, address in result.hits], result.count if count else None
+    limit = n + 16
+    while True:
+        result = searcher.search(compiled.query, limit, count=count)
+        hits = result.hits
+        # Done when the fetched list holds every document tied with the n-th score.
+        if len(hits) < limit or hits[n - 1][0] > hits[-1][0] or limit >= _TIE_FETCH_LIMIT:
+            break
+        limit *= 4
+    ties = Counter(score for score, _ in hits)
+
+    def key(i: int) -> tuple[float, str]:
+        # Only tied hits need their stored pmid read; reading every hit would cost more.
+        score, address = hits[i]
+        return -score, searcher.doc(address).get_first(S.PMID) if ties[score] > 1 else ""
+
+    order = sorted(range(len(hits)), key=key)[:n]
+    return [hits[i][1] for i in order], result.count if count else None
+
+
+def _check_replaceable(path: Path) -> None:
+    if path.exists() and not (path / META_FILE).is_file() and any(path.iterdir()):
+        raise FileExistsError(f"{path} exists and is not a local search index; refusing to overwrite it")
+
+
+def _build_meta(count: int, started: float) -> dict[str, Any]:
+    return {
+        "format": FORMAT_VERSION,
+        "backend": "tantivy",
+        "tantivy_version": version("tantivy"),
+        "built_at": _now(),
+        "build_seconds": round(time.perf_counter() - started, 3),
+        "built_docs": count,
+    }
+
+
+def _write(
+    index: tantivy.Index,
+    articles: Iterable[Article],
+    upsert: bool,
+    progress: bool,
+    threads: int,
+    heap_mb: int,
+) -> int:
+    writer = index.writer(heap_mb * 1_000_000, threads)
+    seen: set[str] = set()
+    count = 0
+    try:
+        for article in tqdm(articles, desc="indexing", unit="doc", disable=not progress):
+            if not article.pmid:
+                raise ValueError(f"Article without pmid: {article.title[:80]!r}")
+            # Deleting by pmid first makes a repeated pmid replace the older document.
+            if upsert or article.pmid in seen:
+                writer.delete_documents_by_term(S.PMID, article.pmid)
+            if not upsert:
+                seen.add(article.pmid)
+            writer.add_document(S.to_document(article))
+            count += 1
+        writer.commit()
+    except BaseException:
+        writer.rollback()
+        raise
+    finally:
+        writer.wait_merging_threads()  # also releases the writer lock
+    return count
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,237 @@
+"""E-utilities XML -> Python: esearch replies and PubMed article records, via Biopython's parser.
+
+Biopython's `DataHandler` (what `Bio.Entrez.read` uses) does the XML work with its bundled DTDs.
+Two changes, both in `_OfflineHandler`: it never downloads a DTD (an unknown DTD would make
+Biopython fetch it from NCBI behind our rate limiter's back, or hang offline), and it maps a
+newer PubMed DTD (`pubmed_YYMMDD.dtd` not bundled yet) to the newest bundled one.
+
+`article_from_record` is the one place a PubMed record becomes an `Article`; the efetch parser
+and the baseline file reader (`baseline.py`) both use it.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import IO, Any
+from xml.parsers import expat
+
+from Bio.Entrez.Parser import CorruptedXMLError, DataHandler, NotXMLError, ValidationError
+
+from biocheck.pubmed.types import Article
+
+logger = logging.getLogger(__name__)
+
+_PUBMED_DTD = re.compile(r"pubmed_(\d{6})\.dtd")
+# Inline markup NCBI leaves inside titles/abstracts (<i>, <sup>, MathML); literal "<" in text
+# arrives as &lt; and is decoded by the parser, so only known tag names are removed.
+_MARKUP = re.compile(r"</?(?:i|b|u|sup|sub|math|m[a-z]+|mml:[a-z]+)(?:\s[^<>]*)?/?>")
+_YEAR = re.compile(r"\b(1[5-9]\d\d|2\d\d\d)\b")
+
+
+class XMLParseError(Exception):
+    """The response is not the complete XML document expected (truncated, HTML, JSON ...).
+
+    Retryable: NCBI sometimes cuts responses short under load.
+    """
+
+
+class MissingDTDError(Exception):
+    """The XML names a DTD that Biopython does not bundle (and we refuse to download)."""
+
+
+@cache
+def _newest_bundled_pubmed_dtd() -> str | None:
+    names = sorted(p.name for p in Path(DataHandler.global_dtd_dir).glob("pubmed_*.dtd"))
+    return names[-1] if names else None
+
+
+class _OfflineHandler(DataHandler):
+    """Biopython's handler, minus network access for DTDs."""
+
+    def open_dtd_file(self, filename: str):
+        handle = super().open_dtd_file(filename)
+        if handle is None and _PUBMED_DTD.fullmatch(filename):
+            fallback = _newest_bundled_pubmed_dtd()
+            if fallback is not None:
+                logger.debug("DTD %s is not bundled with Biopython; using %s", filename, fallback)
+                handle = super().open_dtd_file(fallback)
+        if handle is None:
+            raise MissingDTDError(
+                f"DTD {filename!r} is not bundled with Biopython and downloads are disabled; "
+                f"copy it into {DataHandler.local_dtd_dir} or upgrade biopython"
+            )
+        return handle
+
+
+def _handler() -> _OfflineHandler:
+    # validate=False: skip elements newer than the DTD instead of failing on them.
+    # ignore_errors=True: keep <ERROR> as data so the caller decides whether to retry.
+    return _OfflineHandler(validate=False, escape=False, ignore_errors=True)
+
+
+def _read(data: bytes, what: str) -> Any:
+    try:
+        return _handler().read(io.BytesIO(data))
+    except (CorruptedXMLError, NotXMLError, ValidationError) as exc:
+        raise XMLParseError(f"{what} response is not valid XML ({len(data)} bytes): {exc}") from None
+
+
+# ---------------------------------------------------------------------------- esearch
+
+
+@dataclass
+class EsearchReply:
+    ids: list[str]
+    count: int
+    translation: str | None = None
+    phrase_not_found: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None  # an <ERROR> element: the search was not run
+
+
+def parse_esearch(data: bytes) -> EsearchReply:
+    record = _read(data, "esearch")
+    if not isinstance(record, dict) or not ("IdList" in record or "ERROR" in record):
+        raise XMLParseError("esearch response is XML but not an eSearchResult")
+    if "ERROR" in record:
+        return EsearchReply(ids=[], count=0, error=str(record["ERROR"]))
+    errors = record.get("ErrorList") or {}
+    warnings = record.get("WarningList") or {}
+    warning_texts = [f"{key}: {value}" for key, values in warnings.items() for value in values]
+    field_errors = [f"FieldNotFound: {value}" for value in errors.get("FieldNotFound", [])]
+    translation = record.get("QueryTranslation")
+    return EsearchReply(
+        ids=[str(i) for i in record["IdList"]],
+        count=int(record.get("Count", 0)),
+        translation=str(translation) if translation is not None else None,
+        phrase_not_found=[str(p) for p in errors.get("PhraseNotFound", [])],
+        warnings=field_errors + warning_texts,
+    )
+
+
+# ---------------------------------------------------------------------------- articles
+
+
+def clean_text(text: str) -> str:
+    """Drop inline markup and collapse whitespace."""
+    return " ".join(_MARKUP.sub("", text).split())
+
+
+def _year(date: Any) -> int | None:
+    if not date:
+        return None
+    text = str(date.get("Year") or date.get("MedlineDate") or "")
+    match = _YEAR.search(text)
+    return int(match.group(1)) if match else None
+
+
+def _abstract(abstract: Any) -> str:
+    """Join AbstractText parts; structured abstracts keep their labels ("METHODS: ...")."""
+    if not abstract:
+        return ""
+    parts = []
+    for part in abstract.get("AbstractText", []):
+        text = clean_text(str(part))
+        label = getattr(part, "attributes", {}).get("Label")
+        if label and text:
+            parts.append(f"{label}: {text}")
+        elif text:
+            parts.append(text)
+    return " ".join(parts)
+
+
+def _from_citation(citation: Any, source: str) -> Article:
+    art = citation.get("Article", {})
+    journal = art.get("Journal", {})
+    title = clean_text(str(art.get("ArticleTitle", "") or art.get("VernacularTitle", "")))
+    year = _year(journal.get("JournalIssue", {}).get("PubDate"))
+    if year is None:  # electronic-only articles may carry ArticleDate alone
+        dates = art.get("ArticleDate") or []
+        year = _year(dates[0]) if dates else None
+    journal_name = journal.get("Title") or journal.get("ISOAbbreviation")
+    if not journal_name:
+        journal_name = citation.get("MedlineJournalInfo", {}).get("MedlineTA")
+    mesh = [str(h["DescriptorName"]) for h in citation.get("MeshHeadingList", []) if "DescriptorName" in h]
+    return Article(
+        pmid=str(citation["PMID"]),
+        title=title,
+        abstract=_abstract(art.get("Abstract")),
+        year=year,
+        journal=str(journal_name) if journal_name else None,
+        mesh=mesh,
+        source=source,
+    )
+
+
+def _from_book(doc: Any, source: str) -> Article:
+    book = doc.get("Book", {})
+    title = doc.get("ArticleTitle") or book.get("BookTitle") or ""
+    return Article(
+        pmid=str(doc["PMID"]),
+        title=clean_text(str(title)),
+        abstract=_abstract(doc.get("Abstract")),
+        year=_year(book.get("PubDate")),
+        journal=None,
+        mesh=[],
+        source=source,
+    )
+
+
+def article_from_record(record: Any, source: str) -> Article | None:
+    """One PubmedArticle / PubmedBookArticle record (Biopython structure) -> Article."""
+    try:
+        if "MedlineCitation" in record:
+            return _from_citation(record["MedlineCitation"], source)
+        if "BookDocument" in record:
+            return _from_book(record["BookDocument"], source)
+    except (KeyError, TypeError, ValueError) as exc:  # a malformed record must not sink the batch
+        logger.warning("skipping a PubMed record without the expected fields (%s)", exc)
+    return None
+
+
+def parse_efetch(data: bytes, source: str = "entrez") -> list[Article]:
+    """A PubmedArticleSet (efetch db=pubmed retmode=xml) -> Articles in document order."""
+    record = _read(data, "efetch")
+    if not isinstance(record, dict) or not ("PubmedArticle" in record or "PubmedBookArticle" in record):
+        raise XMLParseError("efetch response is XML but not a PubmedArticleSet")
+    records = list(record.get("PubmedArticle", [])) + list(record.get("PubmedBookArticle", []))
+    return [a for a in (article_from_record(r, source) for r in records) if a is not None]
+
+
+def iter_pubmed_records(stream: IO[bytes], block_size: int = 1 << 16) -> Iterator[Any]:
+    """Stream a PubmedArticleSet, yielding each article record as soon as it is complete.
+
+    `Bio.Entrez.parse` refuses a PubmedArticleSet (its root is a dict, not a list), so this
+    feeds Biopython's handler block by block and takes finished records out of the root as it
+    goes: memory stays at one block plus one record. Containers are attached to their parent
+    when they start, so the last record of a list may still be in progress until the end.
+    """
+    handler = _handler()
+    keys = ("PubmedArticle", "PubmedBookArticle")
+    while True:
+        block = stream.read(block_size)
+        final = not block
+        try:
+            handler.parser.Parse(block, final)
+        except expat.ExpatError as exc:
+            raise XMLParseError(f"PubMed XML is not well formed: {exc}") from None
+        root = getattr(handler, "record", None)
+        if isinstance(root, dict):
+            for key in keys:
+                items = root.get(key) or []
+                done = len(items) if final else max(len(items) - 1, 0)
+                if done > 0:
+                    yield from items[:done]
+                    del items[:done]
+        if final:
+            break
+    if getattr(handler, "record", None) is None:
+        raise XMLParseError("no PubmedArticleSet found (missing XML declaration or empty input)")
+    if handler.element is not None:
+        raise XMLParseError("PubMed XML ends before its last element is closed (truncated file?)")

@@ -1,0 +1,149 @@
+"""A process-wide request-rate limiter for NCBI E-utilities (optionally machine-wide).
+
+NCBI allows 3 requests/s per IP (10/s with an API key) and counts requests per second, so
+bursts are as bad as a high average. The limiter spaces requests evenly, `(1 + slack) / rate`
+apart, so no second ever holds more than `rate` of them. A caller checks under a lock
+(microseconds) whether the interval since the last granted request has passed; if not it
+sleeps outside the lock and checks again. The grant is stamped with the time the caller
+actually proceeds, not the time it was scheduled for: a thread that wakes late (a busy CPU)
+pushes the next request back instead of letting it follow too closely. The slack absorbs the
+remaining jitter between "granted" and "reached the server" (sending, the server's own
+scheduling). Safe across threads; `acquire_async` lets asyncio tasks wait without blocking
+the event loop.
+
+One limiter exists per (host, identity) in a process (`shared_limiter`): every EntrezClient
+talking to the same E-utilities host with the same API key (or none) shares it. NCBI counts
+per IP/key, not per process: when several processes on one machine call E-utilities, set
+BIOCHECK_RATELIMIT_DIR and they share the slot clock through a small file locked with flock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+DEFAULT_SLACK = 0.08  # 8% spacing margin: ~93% of the nominal rate, ~80 ms jitter tolerance
+_STALE_AFTER = 300.0  # a shared next-allowed time this far ahead is a clock jump
+
+
+class RateLimiter:
+    """Requests at most every `(1 + slack) / rate` seconds; thread-safe; no bursts.
+
+    With `state_file`, the last grant time lives in that file (wall-clock time) so that every
+    process using the same file shares one limit (POSIX only).
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        slack: float = DEFAULT_SLACK,
+        clock=time.monotonic,
+        state_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate!r}")
+        self.rate = rate
+        self.interval = (1.0 + slack) / rate
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next = float("-inf")  # earliest time the next request may go
+        self.state_file = Path(state_file) if state_file is not None else None
+        if self.state_file is not None:
+            try:
+                import fcntl  # noqa: F401 - POSIX only
+            except ImportError:
+                raise ValueError("a cross-process rate limit (state_file) needs a POSIX system") from None
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def try_acquire(self) -> float:
+        """Take the right to send now and return 0, or return how long to wait before retrying."""
+        with self._lock:
+            if self.state_file is not None:
+                return self._shared(grant=True)
+            now = self._clock()
+            if now >= self._next:
+                self._next = now + self.interval
+                return 0.0
+            return self._next - now
+
+    def acquire(self) -> float:
+        """Block the calling thread until it may send; return the time waited."""
+        waited = 0.0
+        while (wait := self.try_acquire()) > 0:
+            time.sleep(wait)
+            waited += wait
+        return waited
+
+    async def acquire_async(self) -> float:
+        """Wait until the caller may send, without blocking the event loop."""
+        waited = 0.0
+        while (wait := self.try_acquire()) > 0:
+            await asyncio.sleep(wait)
+            waited += wait
+        return waited
+
+    def defer(self, seconds: float) -> None:
+        """Let no request go for `seconds` from now (the server said it is overloaded: 429)."""
+        with self._lock:
+            if self.state_file is not None:
+                self._shared(grant=False, defer=seconds)
+            else:
+                self._next = max(self._next, self._clock() + seconds)
+
+    def _shared(self, grant: bool, defer: float = 0.0) -> float:
+        """try_acquire/defer on the next-allowed time kept in the state file, under flock."""
+        import fcntl
+
+        fd = os.open(self.state_file, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
+            now = time.time()
+            try:
+                nxt = float(os.pread(fd, 64, 0) or b"0")
+            except ValueError:  # torn or foreign content: start afresh
+                nxt = 0.0
+            if nxt - now > _STALE_AFTER:
+                nxt = now
+            if grant:
+                if now < nxt:
+                    return nxt - now
+                nxt = now + self.interval
+            else:
+                nxt = max(nxt, now + defer)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, repr(nxt).encode(), 0)
+            return 0.0
+        finally:
+            os.close(fd)
+
+
+_registry: dict[tuple[str, str], RateLimiter] = {}
+_registry_lock = threading.Lock()
+
+
+def requests_per_second(api_key: str | None) -> float:
+    """NCBI's published limit for this identity."""
+    return 10.0 if api_key else 3.0
+
+
+def shared_limiter(host: str, api_key: str | None, slack: float = DEFAULT_SLACK) -> RateLimiter:
+    """The process's one limiter for `host` and this API key (or none).
+
+    The key is hashed so neither the registry nor a state file name holds it in clear.
+    """
+    identity = hashlib.sha256(api_key.encode()).hexdigest()[:16] if api_key else "anonymous"
+    with _registry_lock:
+        limiter = _registry.get((host, identity))
+        if limiter is None:
+            state_dir = os.environ.get("BIOCHECK_RATELIMIT_DIR", "").strip()
+            state_file = None
+            if state_dir:
+                name = hashlib.sha256(f"{host}|{identity}".encode()).hexdigest()[:16]
+                state_file = Path(state_dir) / f"eutils-{name}.next"
+            limiter = RateLimiter(requests_per_second(api_key), slack=slack, state_file=state_file)
+            _registry[(host, identity)] = limiter
+        return limiter

@@ -1,0 +1,180 @@
+"""HTTP to E-utilities: rate limiting, retries with backoff, and secret redaction.
+
+Every attempt (first try or retry) takes a slot from the shared rate limiter, because NCBI
+counts every request. Retryable: HTTP 429/5xx, timeouts, connection errors and responses
+whose XML does not parse (`XMLParseError`, e.g. cut short); the wait doubles per attempt
+with jitter and is at least the server's `Retry-After`. Anything else fails at once.
+
+Parameters travel in a POST body (E-utilities accept POST everywhere), never in the URL:
+httpx logs every request URL at INFO level, and the API key must not reach any log.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypeVar
+from urllib.parse import urljoin
+
+import httpx
+
+from biocheck.pubmed.parse import MissingDTDError, XMLParseError
+from biocheck.pubmed.ratelimit import RateLimiter
+from biocheck.pubmed.types import SearchError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+_KEY_PARAM = re.compile(r"(api[_-]key[\"'=:\s]+)[^&\s\"',}]+", re.IGNORECASE)
+
+
+class ReplyError(Exception):
+    """E-utilities answered 200 but reported an error in the body (an <ERROR> element)."""
+
+    def __init__(self, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class _Retry(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 5
+    backoff_base: float = 0.5  # first retry waits 0.25-0.5 s, then doubles
+    backoff_max: float = 16.0
+    max_retry_after: float = 120.0  # a longer Retry-After fails now instead of blocking a rollout
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Wait before attempt `attempt + 1`: exponential with jitter, at least Retry-After."""
+        backoff = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+        backoff *= random.uniform(0.5, 1.0)  # jitter: callers that failed together retry apart
+        return max(backoff, retry_after or 0.0)
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Remove an API key from any text headed for a log, an exception or a record."""
+    if secret:
+        text = text.replace(secret, "***")
+    return _KEY_PARAM.sub(r"\1***", text)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+class EutilsTransport:
+    """Send one E-utilities request with NCBI's identity parameters; retry what is transient."""
+
+    def __init__(
+        self,
+        base_url: str,
+        identity: dict[str, str],
+        limiter: RateLimiter,
+        timeout: float,
+        policy: RetryPolicy,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        self._identity = {k: v for k, v in identity.items() if v}
+        self._secret = identity.get("api_key") or None
+        self.limiter = limiter
+        self.timeout = timeout
+        self.policy = policy
+        self._http = http or httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=True)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def redact(self, text: str) -> str:
+        return redact(text, self._secret)
+
+    def call(self, endpoint: str, params: dict[str, str], parse: Callable[[bytes], T]) -> T:
+        """Request `endpoint` (e.g. "esearch.fcgi") and return `parse(body)`; raise SearchError."""
+        url = urljoin(self.base_url, endpoint)
+        what = endpoint.removesuffix(".fcgi")
+        fields = {**params, **self._identity}
+        attempts = self.policy.max_attempts
+        last = "no attempt made"
+        for attempt in range(1, attempts + 1):
+            self.limiter.acquire()
+            try:
+                return self._attempt(url, what, fields, parse)
+            except _Retry as retry:
+                last = retry.reason
+                if attempt == attempts:
+                    break
+                delay = self.policy.delay(attempt, retry.retry_after)
+                if retry.retry_after is not None and retry.retry_after > self.policy.max_retry_after:
+                    raise SearchError(
+                        f"PubMed {what} asked us to wait {retry.retry_after:.0f} s (Retry-After), more than "
+                        f"the {self.policy.max_retry_after:.0f} s allowed; NCBI is throttling this client, "
+                        "try again later or set NCBI_API_KEY"
+                    ) from None
+                if retry.status == 429:
+                    self.limiter.defer(delay)  # every caller holds off, not just this one
+                logger.warning(
+                    "PubMed %s: %s; retrying in %.2f s (attempt %d/%d)",
+                    what, self.redact(last), delay, attempt + 1, attempts,
+                )
+                time.sleep(delay)
+        raise SearchError(
+            f"PubMed {what} failed after {attempts} attempts (last error: {self.redact(last)}) "
+            f"at {self.redact(url)}; NCBI may be down or throttling this client: retry later, "
+            "set NCBI_API_KEY for a higher rate limit, or use the replay backend offline"
+        )
+
+    def _attempt(self, url: str, what: str, fields: dict[str, str], parse: Callable[[bytes], T]) -> T:
+        try:
+            response = self._http.post(url, data=fields)
+        except httpx.TimeoutException:
+            raise _Retry(f"no response within {self.timeout:g} s") from None
+        except httpx.TransportError as exc:
+            raise _Retry(f"connection error ({type(exc).__name__}: {self.redact(str(exc))})") from None
+        status = response.status_code
+        if status in RETRYABLE_STATUS:
+            raise _Retry(f"HTTP {status}", parse_retry_after(response.headers.get("Retry-After")), status)
+        if status != 200:
+            body = self.redact(response.text)[:200].strip()  # redact first: a cut must not split the key
+            raise SearchError(
+                f"PubMed {what} refused the request with HTTP {status} ({body!r}); check the query "
+                "and the NCBI_API_KEY / BIOCHECK_EUTILS_URL settings"
+            )
+        try:
+            return parse(response.content)
+        except XMLParseError as exc:
+            raise _Retry(self.redact(str(exc))) from None
+        except MissingDTDError as exc:
+            raise SearchError(f"PubMed {what} reply cannot be parsed: {exc}") from None
+        except ReplyError as exc:
+            if exc.retryable:
+                raise _Retry(f"server error {self.redact(str(exc))!r}") from None
+            raise SearchError(f"PubMed {what} rejected the request: {self.redact(str(exc))}") from None
