@@ -14,7 +14,8 @@ from tests.conftest import REPO
 runner = CliRunner()
 
 COMMANDS = [[], ["data"], ["data", "fetch"], ["data", "prepare"], ["data", "validate"], ["profile"],
-            ["profile", "use"], ["profile", "list"], ["version"]]
+            ["profile", "use"], ["profile", "list"], ["version"], ["evidence"], ["evidence", "build"],
+            ["evidence", "stats"], ["search"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "biocheck")

@@ -43,8 +43,9 @@ def test_dvc_repro_runs_once_and_reruns_only_what_changed(real_mirror, tmp_path)
            "BIOCHECK_DATA_MIRROR": str(real_mirror), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
 
     out = _dvc(work, env, "repro")
-    for stage in ("fetch", "prepare", "validate"):
+    for stage in ("fetch", "prepare", "validate", "evidence"):
         assert f"Running stage '{stage}'" in out
+    assert json.loads((work / "metrics" / "evidence.json").read_text())["index"]["docs"] == 5183
     assert json.loads((work / "metrics" / "validation.json").read_text())["success"] is True
     assert json.loads((work / "metrics" / "data.json").read_text())["working"]["scifact"]["train"]["total"] == 64
 
@@ -57,4 +58,5 @@ def test_dvc_repro_runs_once_and_reruns_only_what_changed(real_mirror, tmp_path)
     out = _dvc(work, env, "repro")
     assert "Stage 'fetch' didn't change, skipping" in out
     assert "Running stage 'prepare'" in out and "Running stage 'validate'" in out
+    assert "Running stage 'evidence'" not in out  # same corpus, validation still passing
     assert json.loads((work / "metrics" / "data.json").read_text())["working"]["scifact"]["train"]["total"] == 40

@@ -15,6 +15,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from biocheck import __version__
+from biocheck.config import load_params
 
 app = typer.Typer(
     help="BioCheck: fact-check biomedical claims with an LLM search agent trained by EG-GRPO.\n\n"
@@ -28,7 +29,10 @@ data_app = typer.Typer(help="Datasets: fetch the official releases, prepare the 
                        no_args_is_help=True, rich_markup_mode=None)
 profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes) and paper (GPU, full data).",
                           no_args_is_help=True, rich_markup_mode=None)
+evidence_app = typer.Typer(help="Evidence layer: the local search index and the evidence store.",
+                           no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(data_app, name="data")
+app.add_typer(evidence_app, name="evidence")
 app.add_typer(profile_app, name="profile")
 
 err = Console(stderr=True)
@@ -46,10 +50,11 @@ def _run(fn, *args, **kwargs):
     """Run a stage; turn expected failures (bad input, config, network) into a clean message + exit 1."""
     from biocheck.data.fetch import FetchError
     from biocheck.io import InputError
+    from biocheck.pubmed.types import SearchError
 
     try:
         return fn(*args, **kwargs)
-    except (InputError, FetchError) as e:
+    except (InputError, FetchError, SearchError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
         _fail("interrupted; no partial output was kept.", code=130)
@@ -150,6 +155,127 @@ def data_validate(
         _fail(result.summary())
 
 
+# --- evidence & search ---------------------------------------------------------------------------
+
+@evidence_app.command("build")
+def evidence_build(
+    params: ParamsOpt = Path("params.yaml"),
+    baseline: Annotated[Optional[list[str]], typer.Option(
+        help="PubMed baseline/update XML file or glob to ingest (repeatable) [default: evidence.baseline].")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Index the abstract corpus for local search; create the evidence store.
+
+    Reads data/prepared/corpus.jsonl (evidence.corpus; the 5,183 SciFact abstracts in the
+    quickstart) and any NCBI PubMed baseline/update files (PubmedArticleSet XML, gzipped or
+    not, streamed; also stored in the evidence store). Writes the index to data/evidence/index
+    (evidence.index_dir, replaced as a whole), creates data/evidence/evidence.sqlite if missing
+    (evidence.store; never emptied) and statistics to metrics/evidence.json; logs them to MLflow.
+    """
+    from biocheck.pubmed.stages import evidence_stage
+
+    overrides = {"progress": progress and sys.stderr.isatty(), "baseline": baseline or None}
+    stats = _run(evidence_stage, params, **overrides)
+    idx, store = stats["index"], stats["store"]
+    err.print(f"index: {idx['docs']:,} articles, {idx.get('size_bytes') or 0:,} bytes, "
+              f"built in {idx.get('build_seconds', 0):.1f}s; store: {store.get('queries', 0):,} queries, "
+              f"{store.get('articles', 0):,} articles", markup=False, highlight=False)
+
+
+@evidence_app.command("stats")
+def evidence_stats(params: ParamsOpt = Path("params.yaml")) -> None:
+    """Print the local index and evidence store statistics as JSON."""
+    from biocheck.config import search_config
+    from biocheck.pubmed.local import LocalIndex
+    from biocheck.pubmed.store import EvidenceStore
+
+    cfg = _run(search_config, _run(load_params, params))
+    out: dict = {}
+    try:
+        out["index"] = LocalIndex.open(cfg.index_dir).stats()
+    except (FileNotFoundError, ValueError) as e:
+        out["index"] = {"error": str(e)}
+    if cfg.store.exists():
+        with EvidenceStore(cfg.store) as store:
+            out["store"] = store.stats()
+    else:
+        out["store"] = {"error": f"no evidence store at {cfg.store}"}
+    typer.echo(json.dumps(out, indent=2, default=str))
+
+
+def _print_results(out) -> None:
+    from rich.markup import escape as esc
+
+    con = Console()
+    head = f"[bold]{esc(out.query)}[/]"
+    if out.translation and out.translation != out.query:
+        head += f"  [dim]({esc(out.translation)})[/]"
+    con.print(head)
+    if out.error:
+        con.print(f"  [red]{esc(out.error)}[/]")
+    elif not out.results:
+        con.print("  [yellow]no results[/]")
+    for i, r in enumerate(out.results, 1):
+        meta = ", ".join(str(x) for x in (r.get("journal"), r.get("year")) if x)
+        con.print(f"  {i}. [cyan]{esc(r['pmid'])}[/] {esc(r['title'])}" + (f" [dim]({esc(meta)})[/]" if meta else ""))
+        abstract = r["abstract"]
+        con.print(f"     [dim]{esc(abstract[:240] + ('...' if len(abstract) > 240 else ''))}[/]")
+
+
+@app.command()
+def search(
+    query: Annotated[Optional[str], typer.Argument(
+        help="PubMed query, e.g. '(aspirin OR ibuprofen) AND \"heart attack\"[tiab]'.")] = None,
+    batch: Annotated[Optional[Path], typer.Option(
+        "--batch", help="Read one query per line from this file ('-' for stdin); one result per line out.")] = None,
+    backend: Annotated[Optional[str], typer.Option(
+        help="local | entrez | replay [default: search.backend].")] = None,
+    n: Annotated[Optional[int], typer.Option("-n", help="Papers per query [default: search.max_results].")] = None,
+    mode: Annotated[Optional[str], typer.Option(
+        help="boolean (PubMed syntax) | bm25 (free text, no Boolean filter) [default: search.mode].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output: one object per query, one per line.")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Search the literature exactly as the agent's search_pubmed tool does.
+
+    Backends: local (the index built by `biocheck evidence build`), entrez (live PubMed through
+    NCBI E-utilities; NCBI_API_KEY / NCBI_EMAIL from the environment; answers are recorded in the
+    evidence store and a repeated query makes no request), replay (the evidence store only, never
+    the network). Query syntax: AND / OR / NOT (left to right), parentheses, "phrases", field tags
+    [tiab] [ti] [ab] [mh] [all], truncation term*; see docs/search.md.
+
+    With --json each query prints {"query", "results": [{"pmid", "title", "abstract", ...}],
+    "error"}. A bad query is reported in "error" (exit code 1 for a single query).
+    """
+    from biocheck.config import search_config
+    from biocheck.pubmed.search import search_tool
+
+    if (query is None) == (batch is None):
+        _fail("give either a QUERY or --batch FILE (see `biocheck search --help`).", code=2)
+    overrides = {"backend": backend, "mode": mode, "max_results": n}
+    cfg = _run(search_config, _run(load_params, params), **overrides)
+    tool = _run(search_tool, cfg)
+    if batch is not None:
+        try:
+            text = sys.stdin.read() if str(batch) == "-" else batch.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            _fail(f"{batch}: cannot read the batch file ({e}).")
+        queries = text.splitlines()
+    else:
+        queries = [query]
+    failed = False
+    for q in queries:
+        out = tool.run(q)
+        failed |= out.error is not None
+        if as_json:
+            typer.echo(json.dumps({"query": out.query, "results": out.results, "error": out.error},
+                                  ensure_ascii=False))
+        else:
+            _print_results(out)
+    if failed and batch is None:
+        raise typer.Exit(1)
+
+
 # --- profiles ------------------------------------------------------------------------------------
 
 def _profiles() -> dict[str, Path]:
@@ -159,8 +285,6 @@ def _profiles() -> dict[str, Path]:
 @profile_app.command("list")
 def profile_list(params: ParamsOpt = Path("params.yaml")) -> None:
     """List the profiles in profiles/ and mark the one params.yaml holds."""
-    from biocheck.config import load_params
-
     current = load_params(params).get("profile") if params.exists() else None
     for name, path in _profiles().items():
         typer.echo(f"{'*' if name == current else ' '} {name}  ({path})")
@@ -172,7 +296,6 @@ def profile_use(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Make params.yaml the given profile (e.g. `biocheck profile use paper`); `dvc repro` then reruns what changed."""
-    from biocheck.config import load_params
     from biocheck.io import write_text_atomic
 
     profiles = _profiles()
@@ -186,7 +309,6 @@ def profile_use(
 @profile_app.command("show")
 def profile_show(params: ParamsOpt = Path("params.yaml")) -> None:
     """Print the active parameters as JSON."""
-    from biocheck.config import load_params
 
     typer.echo(json.dumps(_run(load_params, params), indent=2))
 

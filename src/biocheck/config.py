@@ -68,3 +68,23 @@ def validate_config(params: dict[str, Any], **overrides: Any):
     # Validate what `prepare` wrote: its folder comes from data.out_dir, not a second key.
     prepared = overrides.pop("prepared_dir", None) or (params.get("data") or {}).get("out_dir")
     return section(params, "validate", ValidateConfig, prepared_dir=prepared, **overrides)
+
+
+def evidence_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.pubmed.build import EvidenceConfig
+
+    if "corpus" not in (params.get("evidence") or {}) and "corpus" not in overrides:
+        out_dir = (params.get("data") or {}).get("out_dir")
+        overrides["corpus"] = str(Path(out_dir) / "corpus.jsonl") if out_dir else None
+    return section(params, "evidence", EvidenceConfig, **overrides)
+
+
+def search_config(params: dict[str, Any], **overrides: Any):
+    """The search tool's config; the index and store paths are the evidence stage's (one key each)."""
+    from biocheck.pubmed.search import SearchConfig
+
+    evidence = params.get("evidence") or {}
+    for key in ("index_dir", "store"):
+        if key in evidence:
+            overrides.setdefault(key, evidence[key])
+    return section(params, "search", SearchConfig, **overrides)

@@ -1,0 +1,100 @@
+"""`biocheck evidence build`: index the abstract corpus (and optional PubMed baseline files) for local search.
+
+Inputs: the prepared corpus (`data/prepared/corpus.jsonl`) and any NCBI PubMed baseline/update XML
+files (`PubmedArticleSet`, gzipped or not, streamed) listed in `evidence.baseline`. Baseline
+articles also go into the evidence store, so the `replay` backend can answer from them.
+Outputs: the index (`data/evidence/index`, replaced as a whole), the evidence store
+(`data/evidence/evidence.sqlite`, created if missing and never emptied: it keeps every query and
+abstract fetched) and index/store statistics (`metrics/evidence.json`).
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from biocheck.io import InputError, write_json_atomic
+from biocheck.pubmed.types import Article
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvidenceConfig:
+    corpus: Path | None = Path("data/prepared/corpus.jsonl")  # null: index baseline files only
+    corpus_source: str = "corpus:scifact"  # provenance label of the corpus articles
+    baseline: list[str] = field(default_factory=list)  # PubMed baseline/update XML files or globs
+    index_dir: Path = Path("data/evidence/index")
+    store: Path = Path("data/evidence/evidence.sqlite")
+    metrics_path: Path | None = Path("metrics/evidence.json")
+    threads: int = 1  # indexing threads
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.corpus = Path(self.corpus) if self.corpus else None
+        self.index_dir, self.store = Path(self.index_dir), Path(self.store)
+        self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
+        if isinstance(self.baseline, str):
+            self.baseline = [self.baseline]
+
+
+def baseline_files(patterns: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches or not all(Path(m).is_file() for m in matches):
+            raise InputError(f"evidence.baseline: no file matches {pattern!r}.")
+        files.extend(Path(m) for m in matches)
+    return files
+
+
+def _articles(cfg: EvidenceConfig, files: list[Path], store) -> Iterator[Article]:
+    from biocheck.pubmed.baseline import iter_baseline
+    from biocheck.pubmed.corpus import articles_from_corpus
+
+    if cfg.corpus is not None:
+        if not cfg.corpus.is_file():
+            raise InputError(f"{cfg.corpus}: no corpus. Run `biocheck data prepare` first (or set evidence.corpus).")
+        try:
+            yield from articles_from_corpus(cfg.corpus, source=cfg.corpus_source)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+    for path in files:
+        # Baseline articles are also kept in the store (batched), so replay can answer from them.
+        stream = iter_baseline(path)
+        while batch := list(itertools.islice(stream, 1000)):
+            store.put_articles(batch)
+            yield from batch
+
+
+def build_evidence(cfg: EvidenceConfig | None = None) -> dict:
+    """Build the index, make sure the store exists; return (and write) their statistics."""
+    from biocheck.pubmed.local import LocalIndex
+    from biocheck.pubmed.parse import XMLParseError
+    from biocheck.pubmed.store import EvidenceStore
+
+    cfg = cfg or EvidenceConfig()
+    files = baseline_files(cfg.baseline)
+    if cfg.corpus is None and not files:
+        raise InputError("evidence: nothing to index; set evidence.corpus and/or evidence.baseline.")
+    with EvidenceStore(cfg.store) as store:
+        try:
+            index = LocalIndex.build(_articles(cfg, files, store), path=cfg.index_dir, progress=cfg.progress,
+                                     threads=cfg.threads)
+        except XMLParseError as e:
+            raise InputError(str(e)) from None
+        store_stats = store.stats()
+    index_stats = index.stats()
+    stats = {
+        "index": {k: index_stats[k] for k in ("docs", "docs_with_mesh", "size_bytes", "build_seconds")
+                  if k in index_stats},
+        "store": {k: v for k, v in store_stats.items() if isinstance(v, (int, float, dict)) and k != "path"},
+        "baseline_files": len(files),
+    }
+    if cfg.metrics_path:
+        write_json_atomic(cfg.metrics_path, stats)
+    return stats

@@ -1,0 +1,149 @@
+"""The agent's `search_pubmed` tool and the backend factory behind it.
+
+`search_pubmed(query, n=5)` returns a list of `{pmid, title, abstract}` (+ year, journal, mesh when
+known) in the backend's relevance order, whatever the backend:
+
+  local   the local index (data/evidence/index) over the prepared corpus, PubMed query syntax
+  entrez  live NCBI E-utilities, written through to the evidence store (a repeated query is free)
+  replay  the evidence store only, never the network: a recorded query returns the recorded answer,
+          anything else is answered by the local engine over the stored PubMed abstracts
+
+A malformed query or a failing backend never raises out of the tool: it becomes a short error
+text the model can read and act on, so a rollout goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from biocheck.pubmed.types import Article, SearchError, SearchResult
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("local", "entrez", "replay")
+MODES = ("boolean", "bm25")
+MAX_N = 100  # a tool call never asks for more papers than this
+
+
+@dataclass
+class SearchConfig:
+    backend: str = "local"  # local | entrez | replay
+    mode: str = "boolean"  # boolean | bm25 (the local engine: local and replay's fallback)
+    max_results: int = 5  # papers per search (the agent's budget; the paper uses 5)
+    index_dir: Path = Path("data/evidence/index")
+    store: Path = Path("data/evidence/evidence.sqlite")
+    timeout_s: float = 10.0  # entrez: per request
+    max_attempts: int = 5  # entrez: bounded retries with backoff
+
+    def __post_init__(self) -> None:
+        self.index_dir, self.store = Path(self.index_dir), Path(self.store)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"search.backend: {self.backend!r} is not one of {list(BACKENDS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"search.mode: {self.mode!r} is not one of {list(MODES)}")
+        if not 1 <= int(self.max_results) <= MAX_N:
+            raise ValueError(f"search.max_results: {self.max_results} must be between 1 and {MAX_N}")
+
+
+class ModeSearch:
+    """A LocalIndex fixed to one ranking mode, so every backend has `search(query, n)`."""
+
+    def __init__(self, index, mode: str = "boolean") -> None:
+        self.index, self.mode = index, mode
+        self.name = index.name
+
+    def search(self, query: str, n: int = 5) -> SearchResult:
+        return self.index.search(query, n=n, mode=self.mode)
+
+
+def open_backend(cfg: SearchConfig):
+    """The configured backend, ready to `search(query, n)`. Opening errors are raised here (not in the tool)."""
+    from biocheck.pubmed.cache import CachedSearch
+    from biocheck.pubmed.local import LocalIndex
+    from biocheck.pubmed.store import PUBMED, EvidenceStore
+
+    if cfg.backend == "local":
+        try:
+            return ModeSearch(LocalIndex.open(cfg.index_dir), cfg.mode)
+        except FileNotFoundError:
+            raise SearchError(f"No local search index at {cfg.index_dir}. Build it with `biocheck evidence build` "
+                              "(or `dvc repro evidence`).") from None
+    store = EvidenceStore(cfg.store)
+    if cfg.backend == "entrez":
+        from biocheck.pubmed.entrez import EntrezClient
+
+        return CachedSearch(EntrezClient(timeout=cfg.timeout_s, max_attempts=cfg.max_attempts), store)
+    # replay: recorded entrez answers first; other queries go to a local engine over the stored
+    # PubMed abstracts (built in memory: the store does not change while replaying).
+    index = LocalIndex.build(store.iter_articles(PUBMED))
+    if len(index) == 0:
+        log.warning("replay: the evidence store %s holds no PubMed articles; only recorded queries can be "
+                    "answered (warm it with --search entrez, or ingest baseline files)", cfg.store)
+    return CachedSearch(ModeSearch(index, cfg.mode), store, name="entrez", write=False)
+
+
+class ToolOutput(BaseModel):
+    """One tool call as the agent (and the episode trace) sees it."""
+
+    query: str
+    results: list[dict[str, Any]]
+    error: str | None = None
+    backend: str | None = None
+    translation: str | None = None
+
+
+def article_dict(a: Article) -> dict[str, Any]:
+    """{pmid, title, abstract} plus year/journal/mesh when known: the tool's result shape."""
+    d: dict[str, Any] = {"pmid": a.pmid, "title": a.title, "abstract": a.abstract}
+    if a.year is not None:
+        d["year"] = a.year
+    if a.journal:
+        d["journal"] = a.journal
+    if a.mesh:
+        d["mesh"] = list(a.mesh)
+    return d
+
+
+class SearchTool:
+    """`search_pubmed(query, n)`: the same contract over every backend, errors as text."""
+
+    name = "search_pubmed"
+
+    def __init__(self, backend, max_results: int = 5) -> None:
+        self.backend = backend
+        self.max_results = max_results
+
+    def run(self, query: str, n: int | None = None) -> ToolOutput:
+        n = self.max_results if n is None else n
+        if not isinstance(query, str) or not query.strip():
+            return ToolOutput(query=str(query or ""), results=[], error="Empty query: write a PubMed query, "
+                              'e.g. "vitamin D"[tiab] AND fracture*.')
+        try:
+            n = int(n)
+        except (TypeError, ValueError):
+            n = self.max_results
+        n = max(1, min(n, self.max_results))
+        try:
+            result = self.backend.search(query, n)
+        except SearchError as e:
+            return ToolOutput(query=query, results=[], error=str(e))
+        except Exception as e:  # noqa: BLE001 - a tool call must never end the episode
+            log.exception("search_pubmed(%r) failed", query)
+            return ToolOutput(query=query, results=[], error=f"Search failed ({type(e).__name__}); try again "
+                              "or rephrase the query.")
+        return ToolOutput(query=query, results=[article_dict(a) for a in result.articles[:n]],
+                          backend=result.backend, translation=result.translation)
+
+    def __call__(self, query: str, n: int = 5) -> list[dict[str, Any]] | str:
+        out = self.run(query, n)
+        return out.error if out.error is not None else out.results
+
+
+def search_tool(cfg: SearchConfig) -> SearchTool:
+    return SearchTool(open_backend(cfg), max_results=cfg.max_results)
+

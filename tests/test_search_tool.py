@@ -1,0 +1,199 @@
+"""The agent's search_pubmed contract over every backend, the replay backend, and `evidence build`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from biocheck.cli import app
+from biocheck.io import InputError
+from biocheck.pubmed.build import EvidenceConfig, build_evidence
+from biocheck.pubmed.search import SearchConfig, SearchTool, open_backend, search_tool
+from biocheck.pubmed.store import EvidenceStore
+from biocheck.pubmed.types import SearchError
+from tests.builders import CORPUS
+from tests.conftest import REPO
+from tests.fake_eutils import CORPUS as PUBMED, FakeEutils, pubmed_xml
+
+KEYS = {"pmid", "title", "abstract"}
+
+
+@pytest.fixture(autouse=True)
+def _no_ncbi_env(monkeypatch):
+    for name in ("NCBI_API_KEY", "NCBI_EMAIL", "BIOCHECK_EUTILS_URL", "BIOCHECK_RATELIMIT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def evidence(tmp_path):
+    """A prepared-format corpus, built into an index + store (the `evidence` stage)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(d["doc_id"]), "title": d["title"], "abstract": d["abstract"],
+                                          "structured": d["structured"]}) + "\n" for d in CORPUS))
+    cfg = EvidenceConfig(corpus=corpus, index_dir=tmp_path / "index", store=tmp_path / "ev.sqlite",
+                         metrics_path=tmp_path / "evidence.json", progress=False)
+    return cfg, build_evidence(cfg)
+
+
+def closed_port_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}/entrez/eutils/"
+
+
+def test_local_tool_returns_the_contract_in_rank_order(evidence):
+    cfg, stats = evidence
+    assert stats["index"]["docs"] == len(CORPUS)
+    tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store))
+    results = tool('(vitamin OR aspirin) AND (fracture* OR bleeding)')
+    assert [r["pmid"] for r in results] == ["101", "103"] or [r["pmid"] for r in results] == ["103", "101"]
+    assert all(KEYS <= set(r) for r in results)
+    assert results[0]["abstract"].startswith(("Vitamin D", "Aspirin"))
+    assert tool('"hip fractures"[tiab]')[0]["pmid"] == "101"
+    bm25 = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store, mode="bm25"))
+    assert bm25("does coffee cause atrial fibrillation")[0]["pmid"] == "105"
+
+
+@pytest.mark.parametrize("query, expect", [
+    ("aspirin AND (bleeding", "parenthes"),
+    ("", "Empty query"),
+    ("   ", "Empty query"),
+    ("aspirin[zz]", "tag"),
+])
+def test_bad_queries_come_back_as_text_not_exceptions(evidence, query, expect):
+    cfg, _ = evidence
+    out = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store))(query)
+    assert isinstance(out, str) and expect.lower() in out.lower()
+
+
+def test_backend_crash_is_an_error_text():
+    class Broken:
+        def search(self, query, n=5):
+            raise RuntimeError("disk on fire")
+    out = SearchTool(Broken()).run("aspirin")
+    assert out.results == [] and out.error.startswith("Search failed (RuntimeError)")
+
+
+def test_n_is_clamped_to_the_budget(evidence):
+    cfg, _ = evidence
+    tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store, max_results=2))
+    results = tool("aspirin OR coffee OR statin OR vitamin", n=50)
+    assert isinstance(results, list) and len(results) == 2
+    assert len(tool.run("aspirin OR coffee OR statin", n="x").results) == 2
+
+
+def test_missing_index_is_a_clear_error(tmp_path):
+    with pytest.raises(SearchError, match="biocheck evidence build"):
+        open_backend(SearchConfig(index_dir=tmp_path / "none"))
+
+
+def test_entrez_tool_has_the_same_shape_and_records_answers(tmp_path, monkeypatch):
+    with FakeEutils() as server:
+        monkeypatch.setenv("BIOCHECK_EUTILS_URL", server.url)
+        monkeypatch.setenv("NCBI_API_KEY", "k" * 36)  # 10/s keeps the test quick
+        tool = search_tool(SearchConfig(backend="entrez", store=tmp_path / "ev.sqlite", max_results=3))
+        results = tool("aspirin")
+        assert 1 <= len(results) <= 3 and all(KEYS <= set(r) for r in results)
+        assert {"year", "journal", "mesh"} & set(results[0])
+        before = len(server.requests)
+        assert tool("  ASPIRIN ") == results  # normalised repeat: answered by the store
+        assert len(server.requests) == before
+    with EvidenceStore(tmp_path / "ev.sqlite") as store:
+        assert "k" * 36 not in json.dumps(store.stats()) and store.stats()["queries"] == 1
+
+
+def test_replay_answers_recorded_queries_and_falls_back_to_stored_abstracts(tmp_path, monkeypatch):
+    store_path = tmp_path / "ev.sqlite"
+    with FakeEutils() as server:
+        monkeypatch.setenv("BIOCHECK_EUTILS_URL", server.url)
+        monkeypatch.setenv("NCBI_API_KEY", "k" * 36)
+        live = search_tool(SearchConfig(backend="entrez", store=store_path))
+        recorded = live("aspirin")
+        live("coffee mortality")
+    monkeypatch.setenv("BIOCHECK_EUTILS_URL", closed_port_url())  # replay must never touch the network
+    before = EvidenceStore(store_path).stats()
+    replay = search_tool(SearchConfig(backend="replay", store=store_path))
+    out = replay.run("Aspirin")
+    assert out.error is None and out.results == recorded and out.backend == "entrez"
+    fallback = replay.run("coffee[tiab]")  # never asked live: the local engine over stored abstracts
+    assert fallback.error is None and fallback.backend == "local"
+    assert [r["pmid"] for r in fallback.results] == ["31000007"]
+    assert replay.run("metformin").results == []  # not stored anywhere: nothing, and no request
+    assert EvidenceStore(store_path).stats() == before  # replay writes nothing
+
+
+def test_evidence_build_ingests_baseline_files(tmp_path):
+    plain = tmp_path / "pubmed25n0001.xml"
+    plain.write_bytes(pubmed_xml(PUBMED[:4]))
+    zipped = tmp_path / "pubmed25n0002.xml.gz"
+    zipped.write_bytes(gzip.compress(pubmed_xml(PUBMED[4:])))
+    cfg = EvidenceConfig(corpus=None, baseline=[str(tmp_path / "pubmed25n000*.xml*")], index_dir=tmp_path / "idx",
+                         store=tmp_path / "ev.sqlite", metrics_path=None, progress=False)
+    stats = build_evidence(cfg)
+    assert stats["index"]["docs"] == len(PUBMED) and stats["baseline_files"] == 2
+    assert stats["index"]["docs_with_mesh"] == len(PUBMED)
+    assert stats["store"]["articles"] == len(PUBMED)
+    tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store))
+    assert tool('"Colorectal Neoplasms"[mh]')[0]["pmid"] == "31000004"  # real MeSH from the XML
+    replay = search_tool(SearchConfig(backend="replay", store=cfg.store))
+    assert replay("metformin[ti]")[0]["pmid"] == "31000008"
+
+
+def test_evidence_build_rejects_missing_inputs(tmp_path):
+    with pytest.raises(InputError, match="no file matches"):
+        build_evidence(EvidenceConfig(corpus=None, baseline=[str(tmp_path / "nope*.xml")], metrics_path=None))
+    with pytest.raises(InputError, match="biocheck data prepare"):
+        build_evidence(EvidenceConfig(corpus=tmp_path / "none.jsonl", index_dir=tmp_path / "i",
+                                      store=tmp_path / "s.sqlite", metrics_path=None))
+
+
+def test_failed_rebuild_keeps_the_previous_index(evidence, tmp_path):
+    cfg, _ = evidence
+    cfg.corpus.write_text(cfg.corpus.read_text() + "{not json\n")
+    with pytest.raises(InputError, match="corpus.jsonl:6"):
+        build_evidence(cfg)
+    assert search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store))("coffee")[0]["pmid"] == "105"
+
+
+# --- CLI -------------------------------------------------------------------------------------------
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def workdir(evidence, tmp_path, monkeypatch):
+    cfg, _ = evidence
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["evidence"].update(index_dir=str(cfg.index_dir), store=str(cfg.store))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_cli_batch_json_one_line_per_query_in_order(workdir):
+    (workdir / "q.txt").write_text('coffee\naspirin AND (bleeding\n"hip fractures"\nzzzznothing\n')
+    r = runner.invoke(app, ["search", "--batch", "q.txt", "--json", "-n", "2"])
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["query"] for x in lines] == ["coffee", "aspirin AND (bleeding", '"hip fractures"', "zzzznothing"]
+    assert lines[0]["results"][0]["pmid"] == "105" and lines[0]["error"] is None
+    assert lines[1]["results"] == [] and "parenthes" in lines[1]["error"].lower()
+    assert lines[2]["results"][0]["pmid"] == "101"
+    assert lines[3] == {"query": "zzzznothing", "results": [], "error": None}
+
+
+def test_cli_single_query(workdir):
+    r = runner.invoke(app, ["search", "statin AND memory", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["results"][0]["pmid"] == "102"
+    r = runner.invoke(app, ["search", "statin AND (memory"])
+    assert r.exit_code == 1 and "parenthes" in r.stdout.lower()
+    r = runner.invoke(app, ["search", "x", "--backend", "bing"])
+    assert r.exit_code == 1 and "search.backend" in r.output
+    assert runner.invoke(app, ["search"]).exit_code == 2
