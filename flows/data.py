@@ -14,9 +14,9 @@ from pathlib import Path
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # offline machines: no telemetry
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow, task
 
-from biocheck.data.stages import fetch_stage, prepare_stage, validate_stage  # noqa: E402
+from biocheck.data.stages import fetch_stage, prepare_stage, validate_stage
 
 
 class DataValidationError(Exception):

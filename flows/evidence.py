@@ -10,9 +10,9 @@ import sys
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow, task
 
-from biocheck.pubmed.stages import evidence_stage  # noqa: E402
+from biocheck.pubmed.stages import evidence_stage
 
 
 @task(name="evidence-build")

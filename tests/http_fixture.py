@@ -76,7 +76,7 @@ class Server:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 path = self.path.split("?")[0]
                 server.hits[path] = server.hits.get(path, 0) + 1
                 behaviour = server.routes.get(path, status(404))
@@ -93,7 +93,7 @@ class Server:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         self.thread.start()
         return self
 

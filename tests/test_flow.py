@@ -41,3 +41,19 @@ def test_data_flow_fetches_prepares_validates(prefect_harness, tmp_path, monkeyp
 
     with pytest.raises(DataValidationError, match=r"healthfc/full\[test\].*observed 7"):
         data_flow(str(_params(tmp_path, expected_healthfc=750)))
+
+
+def test_evidence_flow_builds_the_index(prefect_harness, tmp_path, monkeypatch):
+    from flows.evidence import evidence_flow
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "1", "title": "Aspirin and bleeding", "abstract": ["Aspirin raised bleeding."]}\n'
+                      '{"id": "2", "title": "Coffee", "abstract": ["Coffee was fine."]}\n')
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["evidence"].update(corpus=str(corpus), index_dir=str(tmp_path / "index"), store=str(tmp_path / "e.sqlite"))
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    stats = evidence_flow(str(path))
+    assert stats["index"]["docs"] == 2 and stats["store"]["queries"] == 0
+    assert json.loads((tmp_path / "metrics" / "evidence.json").read_text())["index"]["docs"] == 2

@@ -9,8 +9,16 @@ import pytest
 from biocheck.data.prepare import PrepareConfig, load_corpus, load_full, load_split, prepare
 from biocheck.io import InputError
 from biocheck.labels import Label
-from tests.builders import (CORPUS, csv_bytes, healthfc_rows, jsonl_bytes, scifact_dev,
-                            scifact_train, write_raw, write_scifact_tar)
+from tests.builders import (
+    CORPUS,
+    csv_bytes,
+    healthfc_rows,
+    jsonl_bytes,
+    scifact_dev,
+    scifact_train,
+    write_raw,
+    write_scifact_tar,
+)
 
 
 def cfg(raw: Path, tmp_path: Path, **kw) -> PrepareConfig:

@@ -18,7 +18,8 @@ from biocheck.pubmed.store import EvidenceStore
 from biocheck.pubmed.types import SearchError
 from tests.builders import CORPUS
 from tests.conftest import REPO
-from tests.fake_eutils import CORPUS as PUBMED, FakeEutils, pubmed_xml
+from tests.fake_eutils import CORPUS as PUBMED
+from tests.fake_eutils import FakeEutils, pubmed_xml
 
 KEYS = {"pmid", "title", "abstract"}
 
@@ -54,7 +55,7 @@ def test_local_tool_returns_the_contract_in_rank_order(evidence):
     tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store))
     results = tool('(vitamin OR aspirin) AND (fracture* OR bleeding)')
     assert [r["pmid"] for r in results] == ["101", "103"] or [r["pmid"] for r in results] == ["103", "101"]
-    assert all(KEYS <= set(r) for r in results)
+    assert all(set(r) >= KEYS for r in results)
     assert results[0]["abstract"].startswith(("Vitamin D", "Aspirin"))
     assert tool('"hip fractures"[tiab]')[0]["pmid"] == "101"
     bm25 = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store, mode="bm25"))
@@ -100,7 +101,7 @@ def test_entrez_tool_has_the_same_shape_and_records_answers(tmp_path, monkeypatc
         monkeypatch.setenv("NCBI_API_KEY", "k" * 36)  # 10/s keeps the test quick
         tool = search_tool(SearchConfig(backend="entrez", store=tmp_path / "ev.sqlite", max_results=3))
         results = tool("aspirin")
-        assert 1 <= len(results) <= 3 and all(KEYS <= set(r) for r in results)
+        assert 1 <= len(results) <= 3 and all(set(r) >= KEYS for r in results)
         assert {"year", "journal", "mesh"} & set(results[0])
         before = len(server.requests)
         assert tool("  ASPIRIN ") == results  # normalised repeat: answered by the store

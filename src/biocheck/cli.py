@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -85,8 +85,8 @@ def version() -> None:
 @data_app.command("fetch")
 def data_fetch(
     params: ParamsOpt = Path("params.yaml"),
-    raw_dir: Annotated[Optional[Path], typer.Option(help="Output folder [default: data.raw_dir, data/raw].")] = None,
-    mirror: Annotated[Optional[Path], typer.Option(
+    raw_dir: Annotated[Path | None, typer.Option(help="Output folder [default: data.raw_dir, data/raw].")] = None,
+    mirror: Annotated[Path | None, typer.Option(
         help="Copy from this local mirror instead of downloading [default: $BIOCHECK_DATA_MIRROR].")] = None,
     force: Annotated[bool, typer.Option(help="Fetch again even if the files are present and intact.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -109,8 +109,8 @@ def data_fetch(
 @data_app.command("prepare")
 def data_prepare(
     params: ParamsOpt = Path("params.yaml"),
-    raw_dir: Annotated[Optional[Path], typer.Option(help="Raw releases [default: data.raw_dir, data/raw].")] = None,
-    out_dir: Annotated[Optional[Path], typer.Option(help="Output folder [default: data.out_dir, data/prepared].")] = None,
+    raw_dir: Annotated[Path | None, typer.Option(help="Raw releases [default: data.raw_dir, data/raw].")] = None,
+    out_dir: Annotated[Path | None, typer.Option(help="Output folder [default: data.out_dir, data/prepared].")] = None,
 ) -> None:
     """Normalise SciFact + HealthFC into one record schema and write the splits.
 
@@ -134,8 +134,8 @@ def data_prepare(
 @data_app.command("validate")
 def data_validate(
     params: ParamsOpt = Path("params.yaml"),
-    prepared_dir: Annotated[Optional[Path], typer.Option(help="Prepared data [default: data.out_dir, data/prepared].")] = None,
-    report: Annotated[Optional[Path], typer.Option(
+    prepared_dir: Annotated[Path | None, typer.Option(help="Prepared data [default: data.out_dir, data/prepared].")] = None,
+    report: Annotated[Path | None, typer.Option(
         "--report", help="JSON report of every check [default: reports/validation.json].")] = None,
 ) -> None:
     """Check the prepared data with Great Expectations suites; exit 1 if any check fails.
@@ -160,7 +160,7 @@ def data_validate(
 @evidence_app.command("build")
 def evidence_build(
     params: ParamsOpt = Path("params.yaml"),
-    baseline: Annotated[Optional[list[str]], typer.Option(
+    baseline: Annotated[list[str] | None, typer.Option(
         help="PubMed baseline/update XML file or glob to ingest (repeatable) [default: evidence.baseline].")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
@@ -224,14 +224,14 @@ def _print_results(out) -> None:
 
 @app.command()
 def search(
-    query: Annotated[Optional[str], typer.Argument(
+    query: Annotated[str | None, typer.Argument(
         help="PubMed query, e.g. '(aspirin OR ibuprofen) AND \"heart attack\"[tiab]'.")] = None,
-    batch: Annotated[Optional[Path], typer.Option(
+    batch: Annotated[Path | None, typer.Option(
         "--batch", help="Read one query per line from this file ('-' for stdin); one result per line out.")] = None,
-    backend: Annotated[Optional[str], typer.Option(
+    backend: Annotated[str | None, typer.Option(
         help="local | entrez | replay [default: search.backend].")] = None,
-    n: Annotated[Optional[int], typer.Option("-n", help="Papers per query [default: search.max_results].")] = None,
-    mode: Annotated[Optional[str], typer.Option(
+    n: Annotated[int | None, typer.Option("-n", help="Papers per query [default: search.max_results].")] = None,
+    mode: Annotated[str | None, typer.Option(
         help="boolean (PubMed syntax) | bm25 (free text, no Boolean filter) [default: search.mode].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output: one object per query, one per line.")] = False,
     params: ParamsOpt = Path("params.yaml"),

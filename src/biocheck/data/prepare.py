@@ -19,7 +19,13 @@ from pathlib import Path
 
 from biocheck.data.fetch import MANIFEST as RAW_MANIFEST
 from biocheck.data.schema import SPLITS, ClaimRecord, CorpusDoc
-from biocheck.data.sources import check_unique_ids, parse_scifact_claims, parse_scifact_corpus, read_healthfc_csv, read_scifact_tar
+from biocheck.data.sources import (
+    check_unique_ids,
+    parse_scifact_claims,
+    parse_scifact_corpus,
+    read_healthfc_csv,
+    read_scifact_tar,
+)
 from biocheck.data.split import stratified_split, stratified_subset
 from biocheck.io import InputError, atomic_dir, dump_jsonl, read_jsonl, write_json_atomic
 from biocheck.labels import LABELS, Label
@@ -167,4 +173,4 @@ def load_corpus(prepared_dir: Path | str = "data/prepared") -> list[CorpusDoc]:
     return [CorpusDoc.model_validate(r) for r in read_jsonl(Path(prepared_dir) / "corpus.jsonl")]
 
 
-__all__ = ["PrepareConfig", "prepare", "load_split", "load_full", "load_corpus", "Label"]
+__all__ = ["Label", "PrepareConfig", "load_corpus", "load_full", "load_split", "prepare"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +88,7 @@ class ValidationResult:
 
 def _fmt_example(e: dict) -> str:
     value = e.get("value")
-    if isinstance(value, float) and value != value:  # pandas shows a missing value as NaN
+    if isinstance(value, float) and math.isnan(value):  # pandas shows a missing value as NaN
         value = None
     if isinstance(value, str) and len(value) > 60:
         value = value[:57] + "..."
@@ -199,7 +200,7 @@ def _check_from_result(table: Table, r, cfg: ValidateConfig) -> dict[str, Any]:
             seen = []
             for item in res.get("unexpected_index_list") or []:
                 value = item.get(col)
-                e = {"id": item.get("id"), "value": None if isinstance(value, float) and value != value else value}
+                e = {"id": item.get("id"), "value": None if isinstance(value, float) and math.isnan(value) else value}
                 if e not in seen:
                     seen.append(e)
             if not seen:
@@ -219,7 +220,6 @@ def _check_from_result(table: Table, r, cfg: ValidateConfig) -> dict[str, Any]:
 def run_checks(tables: list[Table], cfg: ValidateConfig) -> ValidationResult:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
-
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     ctx = gx.get_context(mode="ephemeral")

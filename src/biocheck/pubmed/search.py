@@ -132,7 +132,7 @@ class SearchTool:
             result = self.backend.search(query, n)
         except SearchError as e:
             return ToolOutput(query=query, results=[], error=str(e))
-        except Exception as e:  # noqa: BLE001 - a tool call must never end the episode
+        except Exception as e:
             log.exception("search_pubmed(%r) failed", query)
             return ToolOutput(query=query, results=[], error=f"Search failed ({type(e).__name__}); try again "
                               "or rephrase the query.")
