@@ -51,3 +51,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "real_mirror" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.realdata)
+
+
+@pytest.fixture
+def evidence(tmp_path):
+    """The tiny corpus (tests.builders.CORPUS) in prepared format, built into an index + store."""
+    import json
+
+    from biocheck.pubmed.build import EvidenceConfig, build_evidence
+    from tests.builders import CORPUS
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(d["doc_id"]), "title": d["title"], "abstract": d["abstract"],
+                                          "structured": d["structured"]}) + "\n" for d in CORPUS))
+    cfg = EvidenceConfig(corpus=corpus, index_dir=tmp_path / "index", store=tmp_path / "ev.sqlite",
+                         metrics_path=tmp_path / "evidence.json", progress=False)
+    return cfg, build_evidence(cfg)

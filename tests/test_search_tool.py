@@ -30,17 +30,6 @@ def _no_ncbi_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture
-def evidence(tmp_path):
-    """A prepared-format corpus, built into an index + store (the `evidence` stage)."""
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": str(d["doc_id"]), "title": d["title"], "abstract": d["abstract"],
-                                          "structured": d["structured"]}) + "\n" for d in CORPUS))
-    cfg = EvidenceConfig(corpus=corpus, index_dir=tmp_path / "index", store=tmp_path / "ev.sqlite",
-                         metrics_path=tmp_path / "evidence.json", progress=False)
-    return cfg, build_evidence(cfg)
-
-
 def closed_port_url() -> str:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -32,7 +32,10 @@ profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes) an
 evidence_app = typer.Typer(help="Evidence layer: the local search index and the evidence store.",
                            no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(data_app, name="data")
+model_app = typer.Typer(help="Models: build or fetch the base policy (models/base).", no_args_is_help=True,
+                        rich_markup_mode=None)
 app.add_typer(evidence_app, name="evidence")
+app.add_typer(model_app, name="model")
 app.add_typer(profile_app, name="profile")
 
 err = Console(stderr=True)
@@ -48,13 +51,14 @@ def _fail(message: str, code: int = 1) -> None:
 
 def _run(fn, *args, **kwargs):
     """Run a stage; turn expected failures (bad input, config, network) into a clean message + exit 1."""
+    from biocheck.agent.llm.base import LLMError
     from biocheck.data.fetch import FetchError
     from biocheck.io import InputError
     from biocheck.pubmed.types import SearchError
 
     try:
         return fn(*args, **kwargs)
-    except (InputError, FetchError, SearchError) as e:
+    except (InputError, FetchError, SearchError, LLMError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
         _fail("interrupted; no partial output was kept.", code=130)
@@ -274,6 +278,140 @@ def search(
             _print_results(out)
     if failed and batch is None:
         raise typer.Exit(1)
+
+
+# --- model -----------------------------------------------------------------------------------------
+
+@model_app.command("init")
+def model_init(
+    params: ParamsOpt = Path("params.yaml"),
+    base: Annotated[str | None, typer.Option(
+        help="tiny, a Hugging Face model id or a local path [default: model.base].")] = None,
+    out_dir: Annotated[Path | None, typer.Option(help="Output [default: model.out_dir, models/base].")] = None,
+) -> None:
+    """Make models/base: build the tiny quickstart model, or fetch/copy a real one.
+
+    model.base = tiny builds, deterministically from model.seed and in seconds on a CPU, a tiny
+    Qwen3-architecture causal LM with a byte-level BPE tokenizer trained on the prepared corpus and
+    the agent's prompts, Qwen chat special tokens and TRL's Qwen3.5 chat template (tool calls).
+    Any other value is a Hugging Face model id (snapshot download when online, the local cache
+    otherwise) or a local model directory, copied (hard-linked where possible) into models/base.
+    Writes metrics/model.json.
+    """
+    from biocheck.config import model_config
+    from biocheck.models.stage import init_model
+
+    cfg = _run(model_config, _run(load_params, params), base=base, out_dir=out_dir)
+    _run(init_model, cfg)  # logs what it built
+
+
+# --- agent -----------------------------------------------------------------------------------------
+
+@app.command()
+def check(
+    claim: Annotated[str | None, typer.Argument(help="The claim to fact-check (or use --claims).")] = None,
+    llm: Annotated[str | None, typer.Option(
+        help="Model spec: transformers:<id|path>, openai:<model>, vllm:<model>, scripted:<file> [default: agent.llm].")] = None,
+    search_backend: Annotated[str | None, typer.Option(
+        "--search", help="local | entrez | replay [default: search.backend].")] = None,
+    max_searches: Annotated[int | None, typer.Option(help="Search budget [default: agent.max_searches].")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Report format: md, html or json.")] = "md",
+    trace: Annotated[Path | None, typer.Option(help="Write the whole episode (trace) as JSON here.")] = None,
+    claims: Annotated[Path | None, typer.Option(
+        help="Batch: a JSONL file of claims (prepared records or {\"claim\": ...} per line).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Batch: folder for one trace per claim + summary.json.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Batch: episodes in parallel [default: agent.workers].")] = None,
+    mlflow_log: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="Log the run (and traces) to MLflow.")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Fact-check a claim: the agent searches, then prints its report.
+
+    The agent analyses the claim, runs up to agent.max_searches PubMed queries through the search
+    backend, and writes a report: supporting and refuting evidence (PMID, verbatim quote, context),
+    a summary and a conclusion (SUPPORTED, REFUTED or NOT ENOUGH INFORMATION). --trace saves the
+    episode (messages, tool calls, results, ledger of retrieved papers, raw final text, parsed report,
+    parse problems, model and prompt hashes).
+
+    Batch: --claims FILE.jsonl --out DIR writes DIR/<claim id>.json per claim (finished claims are
+    skipped on a rerun) and DIR/summary.json, with a progress bar and --workers episodes in parallel.
+    """
+    from biocheck.agent.llm import LLMError
+    from biocheck.agent.run import build_agent, load_claims, run_batch, write_trace
+    from biocheck.config import agent_config, search_config
+
+    if (claim is None) == (claims is None):
+        _fail("give either a CLAIM or --claims FILE.jsonl --out DIR (see `biocheck check --help`).", code=2)
+    if claims is not None and out is None:
+        _fail("--claims needs --out DIR for the traces.", code=2)
+    if fmt not in ("md", "html", "json"):
+        _fail(f"--format must be md, html or json, not {fmt!r}.", code=2)
+    p = _run(load_params, params)
+    agent_cfg = _run(agent_config, p, llm=llm, max_searches=max_searches, workers=workers)
+    search_cfg = _run(search_config, p, backend=search_backend)
+    try:
+        agent = _run(build_agent, agent_cfg, search_cfg)
+    except LLMError as e:
+        _fail(str(e))
+    meta = {"llm": agent.llm.spec, "llm_fingerprint": agent._fingerprint, "prompt_hash": agent._prompt_hash,
+            "search": search_cfg.backend}
+    with _maybe_mlflow(mlflow_log, "check", {"agent": _plain(agent_cfg), "search": _plain(search_cfg), **meta}):
+        if claims is not None:
+            summary = run_batch(agent, _run(load_claims, claims), out, workers=agent_cfg.workers,
+                                progress=sys.stderr.isatty())
+            _log_metrics(mlflow_log, summary, artifacts=out)
+            err.print(json.dumps(summary, indent=2), markup=False, highlight=False)
+            return
+        episode = agent.run(claim)
+        if trace:
+            write_trace(episode, trace)
+        _log_metrics(mlflow_log, {"searches": episode.searches, "parse_problems": len(episode.parse_problems)},
+                     artifacts=trace)
+    typer.echo(_render(episode, fmt, meta))
+
+
+def _render(episode, fmt: str, meta: dict) -> str:
+    from biocheck.agent.parse import format_report
+    from biocheck.agent.render import render_html, render_json, render_markdown
+    from biocheck.agent.report import ParsedReport
+
+    parsed = ParsedReport(report=episode.report, problems=episode.parse_problems)
+    if fmt == "json":
+        return render_json(parsed)
+    if fmt == "html":
+        return render_html(episode.report, episode.ledger, episode.claim, problems=episode.parse_problems, meta=meta)
+    text = render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim)
+    if episode.parse_problems:
+        text += "\n\n> Parse problems: " + "; ".join(episode.parse_problems)
+    return text if text.strip() else format_report(episode.report)
+
+
+def _plain(cfg) -> dict:
+    from dataclasses import asdict
+
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+
+
+def _maybe_mlflow(enabled: bool, stage: str, params: dict):
+    import contextlib
+
+    from biocheck import tracking
+
+    return tracking.run(stage, params=params) if enabled else contextlib.nullcontext()
+
+
+def _log_metrics(enabled: bool, metrics: dict, artifacts: Path | None = None) -> None:
+    if not enabled:
+        return
+    import mlflow
+
+    from biocheck import tracking
+
+    tracking.log_metrics({k: v for k, v in metrics.items() if not isinstance(v, dict)})
+    if artifacts is not None and artifacts.exists() and mlflow.active_run() is not None:
+        if artifacts.is_dir():
+            mlflow.log_artifacts(str(artifacts), artifact_path="traces")
+        else:
+            mlflow.log_artifact(str(artifacts), artifact_path="traces")
 
 
 # --- profiles ------------------------------------------------------------------------------------

@@ -88,3 +88,19 @@ def search_config(params: dict[str, Any], **overrides: Any):
         if key in evidence:
             overrides.setdefault(key, evidence[key])
     return section(params, "search", SearchConfig, **overrides)
+
+
+def agent_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.agent.episode import AgentConfig
+
+    return section(params, "agent", AgentConfig, **overrides)
+
+
+def model_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.models.stage import ModelConfig
+
+    if "corpus" not in (params.get("model") or {}):
+        out_dir = (params.get("data") or {}).get("out_dir")
+        if out_dir:
+            overrides.setdefault("corpus", str(Path(out_dir) / "corpus.jsonl"))
+    return section(params, "model", ModelConfig, **overrides)

@@ -91,8 +91,9 @@ class ToolOutput(BaseModel):
     """One tool call as the agent (and the episode trace) sees it."""
 
     query: str
-    results: list[dict[str, Any]]
+    results: list[dict[str, Any]]  # the tool contract: {pmid, title, abstract[, year, journal, mesh]}
     error: str | None = None
+    articles: list[Article] = []  # the same papers with provenance (source), for the episode ledger
     backend: str | None = None
     translation: str | None = None
 
@@ -136,7 +137,8 @@ class SearchTool:
             log.exception("search_pubmed(%r) failed", query)
             return ToolOutput(query=query, results=[], error=f"Search failed ({type(e).__name__}); try again "
                               "or rephrase the query.")
-        return ToolOutput(query=query, results=[article_dict(a) for a in result.articles[:n]],
+        articles = result.articles[:n]
+        return ToolOutput(query=query, results=[article_dict(a) for a in articles], articles=articles,
                           backend=result.backend, translation=result.translation)
 
     def __call__(self, query: str, n: int = 5) -> list[dict[str, Any]] | str:

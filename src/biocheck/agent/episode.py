@@ -1,0 +1,127 @@
+"""Run the agent on one claim and keep everything that happened: the episode trace.
+
+The trace (`Episode`) is what `biocheck check --trace` writes and what rewards, scoring and
+evaluation read: messages, tool calls and results, the ledger of retrieved papers, the raw final
+text, the parsed report and its parse problems, and the model and prompt fingerprints.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from biocheck import __version__
+from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
+from biocheck.agent.llm.base import ChatLLM
+from biocheck.agent.parse import parse_report
+from biocheck.agent.prompts import Prompts, prompt_hash
+from biocheck.agent.report import Report
+from biocheck.labels import Label
+from biocheck.pubmed.types import Article
+
+
+@dataclass
+class AgentConfig:
+    llm: str = "transformers:models/base"  # spec string (see biocheck.agent.llm)
+    max_searches: int = 5
+    max_refusals: int = 2
+    abstract_chars: int | None = None
+    max_new_tokens: int = 1024
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = 0
+    workers: int = 1  # episodes in parallel (batch mode)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_searches < 0 or self.max_refusals < 0:
+            raise ValueError("agent.max_searches and agent.max_refusals must be >= 0")
+
+
+class QueryRecord(BaseModel):
+    query: str
+    pmids: list[str] = Field(default_factory=list)
+    n_results: int = 0
+    error: str | None = None
+    backend: str | None = None
+    translation: str | None = None
+
+
+class Episode(BaseModel):
+    """One claim, one agent run: the complete trace."""
+
+    claim: str
+    claim_id: str | None = None
+    dataset: str | None = None
+    gold_label: Label | None = None
+    messages: list[dict[str, Any]]
+    queries: list[QueryRecord] = Field(default_factory=list)
+    ledger: dict[str, Article] = Field(default_factory=dict)  # every paper retrieved, by pmid
+    tool_errors: list[str] = Field(default_factory=list)
+    final_text: str = ""
+    report: Report
+    parse_problems: list[str] = Field(default_factory=list)
+    stop_reason: str = ""
+    searches: int = 0
+    llm_calls: int = 0
+    llm: str = ""
+    llm_fingerprint: str = ""
+    prompt_hash: str = ""
+    search_backend: str = ""
+    config: dict[str, Any] = Field(default_factory=dict)
+    timing: dict[str, float] = Field(default_factory=dict)
+    started_at: str = ""
+    biocheck_version: str = __version__
+
+
+class Agent:
+    """An LLM, a search tool and the limits, compiled into a graph; `run(claim)` -> Episode."""
+
+    def __init__(self, llm: ChatLLM, tool, cfg: AgentConfig | None = None, search_backend: str = "") -> None:
+        self.llm, self.tool = llm, tool
+        self.cfg = cfg or AgentConfig()
+        self.prompts = Prompts(max_searches=self.cfg.max_searches,
+                               papers_per_search=getattr(tool, "max_results", 5))
+        self.graph_cfg = GraphConfig(max_searches=self.cfg.max_searches, max_refusals=self.cfg.max_refusals,
+                                     abstract_chars=self.cfg.abstract_chars)
+        self.graph = build_graph(llm, tool, self.graph_cfg, self.prompts)
+        self.search_backend = search_backend
+        self._fingerprint = llm.fingerprint()
+        self._prompt_hash = prompt_hash()
+
+    def initial_messages(self, claim: str) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": self.prompts.system()},
+                {"role": "user", "content": self.prompts.user(claim)}]
+
+    def run(self, claim: str, claim_id: str | None = None, dataset: str | None = None,
+            gold_label: Label | str | None = None) -> Episode:
+        started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        t0 = time.perf_counter()
+        state = self.graph.invoke({"messages": self.initial_messages(claim), "searches": 0, "refusals": 0,
+                                   "llm_calls": 0}, {"recursion_limit": recursion_limit(self.graph_cfg)})
+        total = time.perf_counter() - t0
+        messages = state["messages"]
+        last = messages[-1] if messages else {}
+        final_text = last.get("content", "") if last.get("role") == "assistant" else ""
+        parsed = parse_report(final_text)
+        return Episode(
+            claim=claim, claim_id=claim_id, dataset=dataset,
+            gold_label=Label(gold_label) if gold_label else None,
+            messages=messages,
+            queries=[QueryRecord(**q) for q in state.get("queries", [])],
+            ledger={pmid: Article(**{k: v for k, v in a.items() if k != "query_index"})
+                    for pmid, a in state.get("ledger", {}).items()},
+            tool_errors=state.get("tool_errors", []),
+            final_text=final_text, report=parsed.report, parse_problems=parsed.problems,
+            stop_reason=state.get("stop_reason", ""), searches=state.get("searches", 0),
+            llm_calls=state.get("llm_calls", 0), llm=self.llm.spec, llm_fingerprint=self._fingerprint,
+            prompt_hash=self._prompt_hash, search_backend=self.search_backend,
+            config=asdict(self.cfg),
+            timing={"total_s": round(total, 4), "llm_s": round(state.get("llm_seconds", 0.0), 4),
+                    "search_s": round(state.get("search_seconds", 0.0), 4)},
+            started_at=started,
+        )

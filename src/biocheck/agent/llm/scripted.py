@@ -1,0 +1,68 @@
+"""`scripted:<file>`: replays a JSON list of assistant turns (tests, debugging, demos).
+
+Each turn is {"tool_calls": [{"name": "search_pubmed", "arguments": {"query": "..."}}]} or
+{"content": "<final text>"} (both keys may appear). When the list runs out it answers with empty
+content. It goes through the same graph as every other backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from biocheck.agent.llm.base import AssistantTurn, LLMError, ToolCall
+
+
+def _turn(raw: Any, i: int, where: str) -> AssistantTurn:
+    if not isinstance(raw, dict) or not ({"content", "tool_calls"} & raw.keys()):
+        raise LLMError(f"{where}: turn {i} must be an object with 'content' and/or 'tool_calls', got {raw!r:.80}")
+    calls = []
+    for j, c in enumerate(raw.get("tool_calls") or []):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise LLMError(f"{where}: turn {i}, tool call {j} needs a 'name' (and 'arguments').")
+        args = c.get("arguments") or {}
+        if isinstance(args, str):  # OpenAI style: arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except ValueError:
+                args = {"query": args}
+        calls.append(ToolCall(name=c["name"], arguments=args, id=c.get("id") or f"call_{i}_{j}"))
+    return AssistantTurn(content=str(raw.get("content") or ""), tool_calls=calls)
+
+
+class ScriptedChat:
+    """Answers turn k of every conversation with script[k] (k = assistant turns already in it)."""
+
+    def __init__(self, turns: list[dict], spec: str = "scripted:<inline>") -> None:
+        self.spec = spec
+        self.turns = [_turn(t, i, spec) for i, t in enumerate(turns)]
+        self._digest = hashlib.sha256(json.dumps(turns, sort_keys=True).encode()).hexdigest()[:16]
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedChat:
+        path = Path(path)
+        try:
+            turns = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise LLMError(f"scripted: no script file {path}") from None
+        except ValueError as e:
+            raise LLMError(f"scripted: {path} is not valid JSON ({e})") from None
+        if not isinstance(turns, list):
+            raise LLMError(f"scripted: {path} must hold a JSON list of turns")
+        return cls(turns, spec=f"scripted:{path}")
+
+    def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
+        # Position in the script = assistant turns so far, so one script serves many episodes.
+        k = sum(1 for m in messages if m.get("role") == "assistant")
+        if k >= len(self.turns):
+            return AssistantTurn(content="")
+        t = self.turns[k]
+        return AssistantTurn(content=t.content, tool_calls=[ToolCall(c.name, dict(c.arguments), c.id)
+                                                            for c in t.tool_calls])
+
+    def fingerprint(self) -> str:
+        return self._digest

@@ -1,0 +1,235 @@
+"""`transformers:<path or hf id>`: a local Hugging Face causal LM as a `ChatLLM`.
+
+The prompt is rendered exactly as TRL's GRPOTrainer renders it (`apply_chat_template(..., tools=...,
+add_generation_prompt=True, tokenize=True)`), and the generated ids are parsed with TRL's `parse_response`
+(after `add_response_schema`), so an episode run here and a rollout during training see the same tokens and
+the same tool calls. Templates TRL does not recognise still work, as plain text without tool calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from biocheck.agent.llm.base import AssistantTurn, GenerationConfig, LLMError, ToolCall
+
+log = logging.getLogger(__name__)
+
+SPEC_PREFIX = "transformers:"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+HASH_LIMIT = 50 * 1024 * 1024  # weights files below this are hashed in full for the fingerprint
+
+
+def model_fingerprint(path: Path) -> str:
+    """Short sha256 over config.json and the weights files' names + sizes (+ contents for files under 50 MB)."""
+    h = hashlib.sha256()
+    config = path / "config.json"
+    h.update(config.read_bytes() if config.is_file() else b"")
+    for f in sorted(p for p in path.iterdir() if p.name.endswith(WEIGHT_SUFFIXES)):
+        size = f.stat().st_size  # follows the HF cache's symlinks
+        h.update(f"\0{f.name}\0{size}".encode())
+        if size < HASH_LIMIT:
+            with f.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023 - consumed at once
+                    h.update(block)
+    return h.hexdigest()[:12]
+
+
+def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy the template can render: tool-call arguments as dicts (OpenAI sends JSON strings), content never None."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("content") is None:
+            m["content"] = ""
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                c = dict(c)
+                fn = dict(c.get("function") or {})
+                if isinstance(fn.get("arguments"), str):
+                    try:
+                        fn["arguments"] = json.loads(fn["arguments"] or "{}")
+                    except json.JSONDecodeError:
+                        fn["arguments"] = {"arguments": fn["arguments"]}
+                c["function"] = fn
+                calls.append(c)
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
+
+
+def _count_tool_calls(messages: list[dict[str, Any]]) -> int:
+    return sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+
+
+def parse_completion(tokenizer: Any, completion_ids: list[int], prompt_ids: list[int],
+                     tools: list[dict[str, Any]] | None = None, *, structured: bool = True,
+                     first_call_index: int = 0) -> AssistantTurn:
+    """Turn generated ids into an AssistantTurn (content + tool calls), as TRL parses a rollout.
+
+    `structured=False` (a template TRL does not know) gives the plain decoded text and no tool calls. Tool-call
+    ids are `call_<n>`, numbered from `first_call_index` (the calls already in the conversation).
+    """
+    raw = tokenizer.decode(completion_ids, skip_special_tokens=False)
+    usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion_ids)}
+    ids = list(completion_ids)
+    pad = tokenizer.pad_token_id
+    while ids and pad is not None and pad != tokenizer.eos_token_id and ids[-1] == pad:
+        ids.pop()  # stopped on <|endoftext|>: the parsers only know the end-of-turn token
+    if not structured:
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        return AssistantTurn(content=text.strip(), raw=raw, usage=usage)
+
+    from trl.chat_template_utils import parse_response
+
+    try:
+        parsed = parse_response(tokenizer, ids, prefix=list(prompt_ids), tools=tools or None)
+    except Exception as e:  # a parser bug must not kill an episode: fall back to text
+        log.debug("parse_response failed (%s); using plain text", e)
+        parsed = {"content": tokenizer.decode(ids, skip_special_tokens=True)}
+    calls = []
+    for i, call in enumerate(parsed.get("tool_calls") or []):
+        fn = call.get("function", call) if isinstance(call, dict) else {}
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                args = {"arguments": args}
+        if not isinstance(args, dict):
+            args = {} if args is None else {"arguments": args}
+        calls.append(ToolCall(name=str(fn.get("name") or ""), arguments=args, id=f"call_{first_call_index + i}"))
+    content = parsed.get("content") or ""
+    if tokenizer.eos_token:
+        content = content.replace(tokenizer.eos_token, "")
+    return AssistantTurn(content=content.strip(), tool_calls=calls, raw=raw, usage=usage)
+
+
+class TransformersChat:
+    """A local causal LM (path or hub id) behind the `ChatLLM` interface; thread-safe."""
+
+    def __init__(self, model: str | Path, generation: GenerationConfig | None = None, *, device: str = "auto",
+                 dtype: str | None = None, cache_dir: str | Path | None = None) -> None:
+        from biocheck.models.resolve import ModelNotFoundError, resolve_model
+
+        ref = str(model)
+        ref = ref[len(SPEC_PREFIX):] if ref.startswith(SPEC_PREFIX) else ref
+        self.spec = f"{SPEC_PREFIX}{ref}"
+        self.generation = generation or GenerationConfig()
+        try:
+            self.path = resolve_model(ref, cache_dir=cache_dir)
+        except ModelNotFoundError as e:
+            raise LLMError(str(e)) from None
+
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if dtype is None:
+            torch_dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        else:
+            torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # no "Loading weights" bar between a CLI's own output lines
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype)
+        except (OSError, ValueError, KeyError) as e:
+            raise LLMError(f"{self.spec}: could not load the model/tokenizer from {self.path}: {e}") from None
+        self.model.to(self.device).eval()
+        if not self.tokenizer.chat_template:
+            raise LLMError(f"{self.spec}: the tokenizer has no chat template (an instruct/chat model is needed).")
+
+        from trl.chat_template_utils import add_response_schema
+
+        try:
+            add_response_schema(self.tokenizer)
+            self.structured = True
+        except ValueError:
+            log.warning("%s: TRL does not recognise this chat template; replies are plain text without tool calls.",
+                        self.spec)
+            self.structured = False
+
+        eos = self.tokenizer.eos_token_id
+        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos]
+        self.stop_ids = [i for i in dict.fromkeys([eos, *gen_eos]) if i is not None]
+        if not self.stop_ids:
+            raise LLMError(f"{self.spec}: the tokenizer has no eos token, so generation could never stop.")
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.stop_ids[0]
+        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
+        self._lock = threading.Lock()
+        self._fingerprint: str | None = None
+
+    # ------------------------------------------------------------------------------------------ ChatLLM
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.path)
+        return self._fingerprint
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        """The prompt ids, exactly as TRL's GRPOTrainer renders a conversation with tools."""
+        from jinja2 import TemplateError
+
+        try:
+            enc = self.tokenizer.apply_chat_template(
+                _normalise_messages(messages), tools=tools or None, add_generation_prompt=True, tokenize=True,
+                return_dict=True)
+        except TemplateError as e:
+            raise LLMError(f"{self.spec}: the chat template rejected the conversation: {e}") from None
+        ids = enc["input_ids"]
+        return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+
+    def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+             generation: GenerationConfig | None = None) -> AssistantTurn:
+        g = generation or self.generation
+        with self._lock:  # one generate at a time; the fast tokenizer is not re-entrant either
+            prompt_ids = self.render(messages, tools)
+            n = len(prompt_ids)
+            max_new = g.max_new_tokens
+            if self.max_positions is not None:
+                if n >= self.max_positions:
+                    raise LLMError(
+                        f"{self.spec}: the prompt is {n} tokens but the model handles at most {self.max_positions} "
+                        "positions (max_position_embeddings). Shorten the conversation (fewer searches or papers "
+                        "per search, truncated abstracts) or use a model with a longer context.")
+                max_new = min(max_new, self.max_positions - n)
+            completion = self._generate(prompt_ids, max_new, g)
+            return parse_completion(self.tokenizer, completion, prompt_ids, tools, structured=self.structured,
+                                    first_call_index=_count_tool_calls(messages))
+
+    # -------------------------------------------------------------------------------------------- internals
+
+    def _generate(self, prompt_ids: list[int], max_new_tokens: int, g: GenerationConfig) -> list[int]:
+        import torch
+        from transformers import GenerationConfig as HFGenerationConfig
+
+        sample = g.temperature > 0
+        cfg = HFGenerationConfig(
+            max_new_tokens=max(1, int(max_new_tokens)),
+            do_sample=sample,
+            eos_token_id=self.stop_ids,
+            pad_token_id=self.pad_id,
+            **({"temperature": g.temperature, "top_p": g.top_p, "top_k": 0} if sample else {}),
+        )
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        attention_mask = torch.ones_like(input_ids)
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, enabled=sample and g.seed is not None), torch.inference_mode():
+            if sample and g.seed is not None:
+                torch.manual_seed(g.seed)
+            try:
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=cfg)
+            except RuntimeError as e:  # e.g. CUDA out of memory
+                raise LLMError(f"{self.spec}: generation failed: {e}") from None
+        return out[0, len(prompt_ids):].tolist()

@@ -1,0 +1,1 @@
+"""Rewards for the agent's reports: strict evidence grounding first (a later issue adds the rest)."""

@@ -1,0 +1,79 @@
+"""`biocheck check`: one claim (md/json/html, --trace) and batches (--claims/--out, resume)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from biocheck.cli import app
+from tests.conftest import REPO
+from tests.test_agent import REPORT, search
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def workdir(evidence, tmp_path, monkeypatch):
+    cfg, _ = evidence
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["evidence"].update(index_dir=str(cfg.index_dir), store=str(cfg.store))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / "script.json").write_text(json.dumps([search("vitamin D AND fracture*"), {"content": REPORT}]))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_single_claim_json_report_and_trace(workdir):
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json",
+                            "--format", "json", "--trace", "t.json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["report"]["conclusion"] == "SUPPORTED" and report["report"]["supporting"][0]["pmid"] == "101"
+    trace = json.loads((workdir / "t.json").read_text())
+    assert trace["searches"] == 1 and set(trace["ledger"]) == {"101"} and trace["final_text"] == REPORT
+    assert trace["llm"] == "scripted:script.json" and len(trace["prompt_hash"]) == 16
+    assert [m["role"] for m in trace["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
+
+
+def test_html_is_escaped(workdir):
+    r = runner.invoke(app, ["check", "<script>alert(1)</script> cures colds", "--llm", "scripted:script.json",
+                            "--format", "html"])
+    assert r.exit_code == 0, r.output
+    assert "<html" in r.stdout.lower() and "<script>alert(1)</script>" not in r.stdout
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.stdout
+
+
+def test_markdown_is_the_default(workdir):
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json"])
+    assert r.exit_code == 0 and "SUPPORTED" in r.stdout and "101" in r.stdout
+
+
+def test_batch_writes_traces_and_resumes(workdir):
+    claims = workdir / "claims.jsonl"
+    claims.write_text('{"id": "a", "claim": "Vitamin D prevents fractures.", "label": "SUPPORTED", "dataset": "x"}\n'
+                      '{"id": "b/2", "claim": "Coffee causes arrhythmia."}\n')
+    r = runner.invoke(app, ["check", "--claims", str(claims), "--out", "out", "--llm", "scripted:script.json",
+                            "--workers", "2"])
+    assert r.exit_code == 0, r.output
+    a = json.loads((workdir / "out" / "a.json").read_text())
+    assert a["gold_label"] == "SUPPORTED" and a["claim_id"] == "a" and a["dataset"] == "x"
+    assert (workdir / "out" / "b_2.json").is_file()
+    summary = json.loads((workdir / "out" / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["conclusions"] == {"SUPPORTED": 2}
+    before = (workdir / "out" / "a.json").stat().st_mtime_ns
+    r = runner.invoke(app, ["check", "--claims", str(claims), "--out", "out", "--llm", "scripted:script.json"])
+    assert r.exit_code == 0 and (workdir / "out" / "a.json").stat().st_mtime_ns == before  # not rerun
+
+
+@pytest.mark.parametrize("args, message", [
+    (["check", "x", "--llm", "gpt4"], "bad LLM spec"),
+    (["check", "x", "--llm", "scripted:missing.json"], "no script file"),
+    (["check", "x", "--format", "pdf"], "--format must be"),
+    (["check"], "give either a CLAIM"),
+])
+def test_bad_usage_is_explained(workdir, args, message):
+    r = runner.invoke(app, args)
+    assert r.exit_code != 0 and message in r.output
