@@ -77,3 +77,23 @@ def test_batch_writes_traces_and_resumes(workdir):
 def test_bad_usage_is_explained(workdir, args, message):
     r = runner.invoke(app, args)
     assert r.exit_code != 0 and message in r.output
+
+
+def test_mlflow_run_records_prompt_hash_and_traces(workdir):
+    import mlflow
+
+    from biocheck.agent.prompts import prompt_hash
+    from biocheck.tracking import tracking_uri
+
+    claims = workdir / "claims.jsonl"
+    claims.write_text('{"id": "a", "claim": "Vitamin D prevents fractures."}\n')
+    r = runner.invoke(app, ["check", "--claims", str(claims), "--out", "out", "--llm", "scripted:script.json",
+                            "--mlflow"])
+    assert r.exit_code == 0, r.output
+    mlflow.set_tracking_uri(tracking_uri())
+    run = mlflow.search_runs(experiment_names=["biocheck"], filter_string="tags.stage = 'check'",
+                             order_by=["start_time DESC"], max_results=1, output_format="list")[0]
+    assert run.data.params["prompt_hash"] == prompt_hash()
+    assert run.data.metrics["episodes"] == 1 and run.data.metrics["mean_searches"] == 1
+    artifacts = [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "traces")]
+    assert "traces/a.json" in artifacts

@@ -1,0 +1,126 @@
+"""LLM backends other than transformers: OpenAI-compatible server (faked locally), vLLM laziness, specs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from biocheck.agent.episode import Agent, AgentConfig
+from biocheck.agent.llm import LLMError, make_llm
+from biocheck.agent.llm.base import GenerationConfig
+from biocheck.agent.llm.openai_backend import OpenAIChat
+from biocheck.agent.tools import TOOL_SCHEMA
+from biocheck.labels import Label
+from biocheck.pubmed.search import SearchConfig, search_tool
+from tests.test_agent import REPORT
+
+KEY = "sk-test-0123456789"
+
+
+class FakeOpenAI:
+    """/v1/chat/completions that answers from a list of messages, recording the requests."""
+
+    def __init__(self, answers: list[dict], fail_first: int = 0):
+        self.answers, self.fail_first, self.requests = answers, fail_first, []
+        fake = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                if len(fake.requests) <= fake.fail_first:
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                k = sum(1 for m in body["messages"] if m["role"] == "assistant")
+                msg = fake.answers[min(k, len(fake.answers) - 1)]
+                data = json.dumps({"choices": [{"message": {"role": "assistant", **msg}}],
+                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def call(q: str, i: int = 0) -> dict:
+    return {"content": None, "tool_calls": [{"id": f"c{i}", "type": "function",
+                                             "function": {"name": "search_pubmed", "arguments": json.dumps({"query": q})}}]}
+
+
+def test_openai_episode_through_the_graph(evidence, monkeypatch):
+    cfg, _ = evidence
+    fake = FakeOpenAI([call("vitamin D AND fracture*"), {"content": REPORT}], fail_first=1)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    try:
+        llm = make_llm("openai:some-model", GenerationConfig(max_new_tokens=64))
+        tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store))
+        ep = Agent(llm, tool, AgentConfig(llm=llm.spec)).run("Vitamin D prevents fractures.")
+    finally:
+        fake.close()
+    assert ep.report.conclusion is Label.SUPPORTED and ep.searches == 1 and set(ep.ledger) == {"101"}
+    first, *_, last = [r for r in fake.requests if r["body"]]
+    assert first["path"] == "/v1/chat/completions" and first["auth"] == f"Bearer {KEY}"
+    assert first["body"]["tools"] == [TOOL_SCHEMA] and first["body"]["model"] == "some-model"
+    # our dict arguments travel as JSON strings, as the API expects
+    sent_call = last["body"]["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(sent_call) == {"query": "vitamin D AND fracture*"}
+    assert KEY not in ep.model_dump_json()  # the key never reaches a trace
+
+
+def test_openai_gives_up_with_a_clear_error(monkeypatch):
+    fake = FakeOpenAI([{"content": "x"}], fail_first=100)
+    try:
+        llm = OpenAIChat("m", base_url=fake.url, api_key="", max_attempts=2)
+        monkeypatch.setattr("time.sleep", lambda s: None)
+        with pytest.raises(LLMError, match="no answer after 2 attempts"):
+            llm.chat([{"role": "user", "content": "hi"}], [])
+    finally:
+        fake.close()
+
+
+def test_non_json_arguments_are_kept_readable():
+    from biocheck.agent.llm.openai_backend import _arguments
+
+    assert _arguments('{"query": "a AND b"}') == {"query": "a AND b"}
+    assert _arguments("aspirin bleeding") == {"query": "aspirin bleeding"}
+    assert _arguments({"query": "x"}) == {"query": "x"}
+
+
+def test_vllm_is_never_imported_on_cpu_paths():
+    code = ("import sys, biocheck.cli, biocheck.agent.episode, biocheck.agent.llm, biocheck.agent.run; "
+            "assert 'vllm' not in sys.modules, 'vllm imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_vllm_backend_without_vllm_says_how_to_install():
+    if "vllm" in sys.modules:
+        pytest.skip("vllm installed")
+    with pytest.raises(LLMError, match=r"pip install -e '\.\[gpu\]'"):
+        make_llm("vllm:models/base")
+
+
+@pytest.mark.parametrize("spec", ["", "gpt-4", "bard:x", "openai:", "scripted"])
+def test_bad_specs(spec):
+    with pytest.raises(LLMError, match="bad LLM spec"):
+        make_llm(spec)
