@@ -67,3 +67,16 @@ def evidence(tmp_path):
     cfg = EvidenceConfig(corpus=corpus, index_dir=tmp_path / "index", store=tmp_path / "ev.sqlite",
                          metrics_path=tmp_path / "evidence.json", progress=False)
     return cfg, build_evidence(cfg)
+
+
+@pytest.fixture
+def evidence_workdir(evidence, tmp_path, monkeypatch):
+    """cwd = a project folder whose params.yaml points at the `evidence` index and store."""
+    import yaml
+
+    cfg, _ = evidence
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["evidence"].update(index_dir=str(cfg.index_dir), store=str(cfg.store))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -5,25 +5,19 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from biocheck.cli import app
-from tests.conftest import REPO
 from tests.test_agent import REPORT, search
 
 runner = CliRunner()
 
 
 @pytest.fixture
-def workdir(evidence, tmp_path, monkeypatch):
-    cfg, _ = evidence
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["evidence"].update(index_dir=str(cfg.index_dir), store=str(cfg.store))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    (tmp_path / "script.json").write_text(json.dumps([search("vitamin D AND fracture*"), {"content": REPORT}]))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def workdir(evidence_workdir):
+    script = [search("vitamin D AND fracture*"), {"content": REPORT}]
+    (evidence_workdir / "script.json").write_text(json.dumps(script))
+    return evidence_workdir
 
 
 def test_single_claim_json_report_and_trace(workdir):

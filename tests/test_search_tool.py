@@ -7,7 +7,6 @@ import json
 import socket
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from biocheck.cli import app
@@ -17,7 +16,6 @@ from biocheck.pubmed.search import SearchConfig, SearchTool, open_backend, searc
 from biocheck.pubmed.store import EvidenceStore
 from biocheck.pubmed.types import SearchError
 from tests.builders import CORPUS
-from tests.conftest import REPO
 from tests.fake_eutils import CORPUS as PUBMED
 from tests.fake_eutils import FakeEutils, pubmed_xml
 
@@ -158,13 +156,8 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def workdir(evidence, tmp_path, monkeypatch):
-    cfg, _ = evidence
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["evidence"].update(index_dir=str(cfg.index_dir), store=str(cfg.store))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def workdir(evidence_workdir):
+    return evidence_workdir
 
 
 def test_cli_batch_json_one_line_per_query_in_order(workdir):
