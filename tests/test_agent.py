@@ -150,20 +150,6 @@ def test_trace_round_trips_as_json(tool, tmp_path):
 
 # --- the real thing: the tiny model through the same graph ----------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from biocheck.models.tiny import TinyModelConfig, build_tiny_model
-    from tests.builders import CORPUS
-
-    d = tmp_path_factory.mktemp("tiny")
-    corpus = d / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": str(c["doc_id"]), "title": c["title"], "abstract": c["abstract"]})
-                              + "\n" for c in CORPUS * 20))
-    build_tiny_model(TinyModelConfig(out_dir=d / "base", corpus=corpus, vocab_size=600, max_docs=100,
-                                     prompt_repeats=5))
-    return d / "base"
-
-
 def test_tiny_model_episode_ends_within_budget(tiny_model, tool):
     from biocheck.agent.llm import GenerationConfig, make_llm
 
@@ -173,3 +159,10 @@ def test_tiny_model_episode_ends_within_budget(tiny_model, tool):
     assert ep.searches <= 2 and ep.llm_calls <= 2 + 1 + 1
     assert ep.llm.startswith("transformers:") and len(ep.llm_fingerprint) >= 12
     assert all(m.get("raw") is not None for m in ep.messages if m["role"] == "assistant")
+
+
+def test_budget_spent_by_a_call_without_query_still_gets_the_intervention(tool):
+    turns = [{"tool_calls": [{"name": "search_pubmed", "arguments": {"q": "x"}}]}, {"content": REPORT}]
+    ep = agent(turns, tool, max_searches=1).run("A claim.")
+    intervention = Prompts(max_searches=1, papers_per_search=3).intervention()
+    assert ep.messages[3]["content"].endswith(intervention) and ep.report.conclusion is Label.SUPPORTED

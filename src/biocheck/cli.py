@@ -414,6 +414,110 @@ def _log_metrics(enabled: bool, metrics: dict, artifacts: Path | None = None) ->
             mlflow.log_artifact(str(artifacts), artifact_path="traces")
 
 
+# --- rewards ---------------------------------------------------------------------------------------
+
+@app.command()
+def score(
+    trace_file: Annotated[Path | None, typer.Argument(help="An episode trace (`biocheck check --trace`).")] = None,
+    traces: Annotated[Path | None, typer.Option(help="Score every trace in this folder and aggregate.")] = None,
+    judge: Annotated[str | None, typer.Option(
+        help="Judge model spec (transformers:<path>, openai:<model>, none) [default: reward.judge].")] = None,
+    gold: Annotated[str | None, typer.Option(help="Gold label (SUPPORTED, REFUTED, NEI) [default: the trace's].")] = None,
+    variant: Annotated[str | None, typer.Option(help="eg_grpo or outcome_only [default: reward.variant].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    out: Annotated[Path | None, typer.Option(help="With --traces: also write the aggregate JSON here.")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Score episode traces with the EG-GRPO reward: every component and the total.
+
+    One trace: R_outcome, R_search, R_evidence, R_hallucination (EHR), EQS and the total, plus a check
+    of every cited entry (PMID retrieved? quote found verbatim / fuzzily? judge score s). With
+    --traces DIR: mean of every component and the metrics (accuracy, macro P/R/F1 2-way and 3-way,
+    confusion matrix, bootstrap 95% intervals, EQS, EHR). Judge scores are cached (reward.judge_cache).
+    """
+    from biocheck.config import reward_config
+    from biocheck.labels import Label
+    from biocheck.rewards.judge import make_judge
+    from biocheck.rewards.score import score_trace, score_traces
+
+    if (trace_file is None) == (traces is None):
+        _fail("give either a TRACE file or --traces DIR (see `biocheck score --help`).", code=2)
+    cfg, judge_spec, cache = _run(reward_config, _run(load_params, params), variant=variant)
+    if gold is not None and gold not in Label.__members__:
+        _fail(f"--gold must be one of {', '.join(Label.__members__)}, not {gold!r}.", code=2)
+    j = _run(make_judge, judge if judge is not None else judge_spec, cache=cache)
+    if traces is not None:
+        result = _run(score_traces, traces, cfg, j)
+        if out:
+            from biocheck.io import write_json_atomic
+
+            write_json_atomic(out, result)
+        typer.echo(json.dumps(result, indent=2, default=str))
+        return
+    b = _run(score_trace, trace_file, cfg, j, gold=Label(gold) if gold else None)
+    if as_json:
+        typer.echo(b.model_dump_json(indent=2))
+        return
+    typer.echo(f"variant {b.variant}  conclusion {b.conclusion.value if b.conclusion else '-'}  "
+               f"gold {b.gold.value if b.gold else '-'}")
+    for name in ("outcome", "search", "evidence", "hallucination"):
+        typer.echo(f"  R_{name:<14}{getattr(b, name):.4f}")
+    typer.echo(f"  {'total':<16}{b.total:.4f}")
+    typer.echo(f"  EHR {b.ehr:.4f}  EQS {'-' if b.eqs is None else f'{b.eqs:.4f}'}  cited {b.n_cited}  "
+               f"hallucinated {b.n_hallucinated}  searches {b.n_searches} (advanced {b.n_advanced})")
+    for e in b.entries:
+        typer.echo(f"  - {e.model_dump()}")
+
+
+# --- training ---------------------------------------------------------------------------------------
+
+@app.command()
+def train(
+    params: ParamsOpt = Path("params.yaml"),
+    max_steps: Annotated[int | None, typer.Option(help="Override train.max_steps.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Override train.seed.")] = None,
+    out_dir: Annotated[Path | None, typer.Option(help="Checkpoints folder [default: train.out_dir].")] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Train the agent with EG-GRPO (TRL GRPOTrainer) from models/base.
+
+    Optionally first a supervised warm start on demonstration episodes (train.sft.enabled; the
+    quickstart's tiny model needs it). Rollouts run the agent's own tool loop (same prompts, tool,
+    budget, intervention and report parser) over the search backend train.search_backend; rewards
+    are reward.variant (eg_grpo or outcome_only) with the weights in `reward:`. Checkpoints go to
+    models/checkpoints every train.save_steps with a validation reward every train.eval_steps.
+    Rerunning after a kill resumes from the last checkpoint (of the same parameters and inputs).
+    Everything is logged to MLflow. Writes metrics/train.json.
+    """
+    from biocheck.train.stage import train as run_train
+
+    stats = _run(run_train, _run(load_params, params), progress=progress and sys.stderr.isatty(),
+                 max_steps=max_steps, seed=seed, out_dir=out_dir)
+    err.print(json.dumps({k: v for k, v in stats.items() if k != "sft"}, indent=2), markup=False, highlight=False)
+
+
+@app.command("select")
+def select_cmd(
+    params: ParamsOpt = Path("params.yaml"),
+    no_register: Annotated[bool, typer.Option("--no-register", help="Do not touch the MLflow registry.")] = False,
+) -> None:
+    """Pick the checkpoint with the best validation reward (ties: earlier step).
+
+    Reads models/checkpoints (train.out_dir), copies the winner to models/selected, writes the whole
+    table to metrics/selection.json and the reward curve to metrics/reward_curve.csv, and registers
+    the model in the MLflow model registry (select.registered_model) with the alias `champion`.
+    """
+    from biocheck.config import select_config
+    from biocheck.train.select import select
+
+    cfg = _run(select_config, _run(load_params, params))
+    if no_register:
+        cfg.register = False
+    result = _run(select, cfg)
+    err.print(f"selected step {result['selected_step']} (validation reward {result['selected_eval_reward']:.4f}; "
+              f"start {result['start_eval_reward']}) -> {cfg.out_dir}", markup=False, highlight=False)
+
+
 # --- profiles ------------------------------------------------------------------------------------
 
 def _profiles() -> dict[str, Path]:

@@ -104,3 +104,31 @@ def model_config(params: dict[str, Any], **overrides: Any):
         if out_dir:
             overrides.setdefault("corpus", str(Path(out_dir) / "corpus.jsonl"))
     return section(params, "model", ModelConfig, **overrides)
+
+
+def train_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.train.grpo import TrainConfig
+
+    return section(params, "train", TrainConfig, **overrides)
+
+
+JUDGE_KEYS = ("judge", "judge_cache", "judge_batch_size")
+
+
+def reward_config(params: dict[str, Any], **overrides: Any):
+    """(RewardConfig, judge spec or None, judge cache path): `reward:` minus the judge keys is RewardConfig."""
+    from biocheck.rewards.components import RewardConfig
+
+    values = dict(params.get("reward") or {})
+    judge = {k: values.pop(k, None) for k in JUDGE_KEYS}
+    cfg = section({"reward": values}, "reward", RewardConfig, **overrides)
+    return cfg, judge["judge"], judge["judge_cache"] or "data/evidence/judge_cache.sqlite"
+
+
+def select_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.train.select import SelectConfig
+
+    train = params.get("train") or {}
+    if "checkpoints" not in (params.get("select") or {}) and train.get("out_dir"):
+        overrides.setdefault("checkpoints", train["out_dir"])
+    return section(params, "select", SelectConfig, **overrides)

@@ -20,7 +20,7 @@ from langgraph.graph import END, START, StateGraph
 
 from biocheck.agent.llm.base import ChatLLM, LLMError
 from biocheck.agent.prompts import Prompts
-from biocheck.agent.tools import TOOL_NAME, TOOL_SCHEMA, format_results
+from biocheck.agent.tools import MISSING_QUERY, TOOL_NAME, TOOL_SCHEMA, format_results
 
 
 @dataclass
@@ -55,6 +55,7 @@ class AgentState(TypedDict, total=False):
     tool_errors: Annotated[list[str], operator.add]
     llm_seconds: Annotated[float, operator.add]
     search_seconds: Annotated[float, operator.add]
+    exhausted_at: int  # index of the tool message whose search spent the budget
     stop_reason: str
 
 
@@ -86,6 +87,7 @@ def build_graph(llm: ChatLLM, tool, cfg: GraphConfig, prompts: Prompts):
         searches = state.get("searches", 0)
         messages, queries, ledger, errors = [], [], {}, []
         seconds = 0.0
+        exhausted_at = state.get("exhausted_at")
         for call in calls:
             fn = call.get("function") or {}
             name, args = fn.get("name"), fn.get("arguments") or {}
@@ -96,7 +98,7 @@ def build_graph(llm: ChatLLM, tool, cfg: GraphConfig, prompts: Prompts):
             elif searches >= cfg.max_searches:
                 text = prompts.refusal() + " " + prompts.intervention()
             elif not isinstance(query, str):
-                text = f"Search error: {TOOL_NAME} needs a 'query' string argument."
+                text = MISSING_QUERY
                 errors.append(text)
                 searches += 1
             else:
@@ -113,16 +115,23 @@ def build_graph(llm: ChatLLM, tool, cfg: GraphConfig, prompts: Prompts):
                 if out.error:
                     errors.append(out.error)
                 text = format_results(out, cfg.abstract_chars)
+            if searches == cfg.max_searches and exhausted_at is None:
+                exhausted_at = len(state["messages"]) + len(messages)
             messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name or "", "content": text})
-        return {"messages": messages, "searches": searches, "queries": queries, "ledger": ledger,
-                "tool_errors": errors, "search_seconds": seconds}
+        update = {"messages": messages, "searches": searches, "queries": queries, "ledger": ledger,
+                  "tool_errors": errors, "search_seconds": seconds}
+        if exhausted_at is not None:
+            update["exhausted_at"] = exhausted_at
+        return update
 
     def intervention_node(state: AgentState) -> dict:
         last = state["messages"][-1]
-        if last.get("role") == "tool":  # the budget was just spent: remind inside the last result
-            if last["content"].endswith(prompts.intervention()):
-                return {}  # the last call was itself refused, with the reminder
-            return {"messages": [Replace(-1, {**last, "content": last["content"] + "\n\n" + prompts.intervention()})]}
+        if last.get("role") == "tool":
+            # The budget was just spent: the reminder goes into the result of the search that spent it
+            # (a tool-calling trainer can only speak through that result); later calls were refused.
+            i = state.get("exhausted_at", len(state["messages"]) - 1)
+            spent = state["messages"][i]
+            return {"messages": [Replace(i, {**spent, "content": spent["content"] + "\n\n" + prompts.intervention()})]}
         refused = [{"role": "tool", "tool_call_id": c.get("id", ""), "name": (c.get("function") or {}).get("name", ""),
                     "content": prompts.refusal() + " " + prompts.intervention()} for c in last.get("tool_calls") or []]
         return {"messages": refused, "refusals": state.get("refusals", 0) + 1}

@@ -23,6 +23,7 @@ def search_pubmed(query: str) -> str:
 
 
 TOOL_NAME = "search_pubmed"
+MISSING_QUERY = f"Search error: {TOOL_NAME} needs a 'query' string argument."
 TOOL_SCHEMA: dict[str, Any] = get_json_schema(search_pubmed)
 
 

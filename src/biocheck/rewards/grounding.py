@@ -5,18 +5,30 @@ substring of the normal form of the paper's title or abstract. The normal form f
 model cannot see or reliably type: Unicode compatibility forms (NFKC: ligatures, full-width letters,
 no-break spaces), the kind of quote mark or dash, runs of whitespace, letter case, and invisible
 format characters (soft hyphen, zero-width space). Anything else, one changed word included, fails.
+
+`check_entry` applies the rule to one evidence entry (PMID retrieved? quote found?) and also reports a
+lenient token-level match (`fuzzy_match`) for diagnostics; only the strict rule decides `hallucinated`,
+and `ehr` turns a report's entry checks into its Evidence Hallucination Rate. docs/rewards.md lists the rules.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Literal
 
 from biocheck.agent.report import EvidenceItem
 from biocheck.pubmed.types import Article
 
 _QUOTES = frozenset("\"'`´“”„‟‘’‚‛«»‹›″′＂＇")
 _DASHES = frozenset("\u2212\u2010\u2011\u2012\u2013\u2014\u2015\u2043\ufe58\ufe63\uff0d")
+_TOKEN = re.compile(r"\w+")
+FUZZY_THRESHOLD = 0.9  # share of the quote's tokens that one window of the text must contain
+
+Side = Literal["supporting", "refuting"]
 
 
 def normalize_text(s: str) -> str:
@@ -43,9 +55,88 @@ def find_quote(quote: str, text: str) -> tuple[int, int] | None:
 def is_grounded(item: EvidenceItem, ledger: Mapping[str, Article]) -> bool:
     """The item cites a retrieved paper and its quote occurs in that paper's title or abstract."""
     article = ledger.get(item.pmid)
-    if article is None:
+    return article is not None and _in_article(item.quote, article, find_quote)
+
+
+def tokens(s: str) -> list[str]:
+    """The word tokens (`\\w+` runs) of the normal form: what the fuzzy rule compares."""
+    return _TOKEN.findall(normalize_text(s or ""))
+
+
+def fuzzy_match(quote: str, text: str, threshold: float = FUZZY_THRESHOLD) -> bool:
+    """Lenient match, for diagnostics only: strict match, or a run of the text's tokens as long as the quote
+    that contains at least `threshold` of the quote's tokens (multiset overlap / quote length).
+
+    With n quote tokens, every window of n consecutive text tokens is compared; so one changed, dropped or
+    added word in a quote of 10+ words still matches, a reordered or paraphrased sentence does not. A quote
+    with no word tokens never matches fuzzily.
+    """
+    if find_quote(quote, text) is not None:
+        return True
+    q = tokens(quote)
+    t = tokens(text)
+    n = len(q)
+    if n == 0 or n > len(t):
         return False
-    return find_quote(item.quote, article.title) is not None or find_quote(item.quote, article.abstract) is not None
+    need = Counter(q)
+    window = Counter(t[:n])
+    overlap = sum(min(c, window[w]) for w, c in need.items())
+    best = overlap
+    for i in range(n, len(t)):  # slide: one token in, one out; keep the overlap up to date
+        add, drop = t[i], t[i - n]
+        if add != drop:
+            if window[add] < need.get(add, 0):
+                overlap += 1
+            window[add] += 1
+            window[drop] -= 1
+            if window[drop] < need.get(drop, 0):
+                overlap -= 1
+        best = max(best, overlap)
+        if best >= threshold * n:
+            return True
+    return best >= threshold * n
+
+
+@dataclass(frozen=True)
+class EntryCheck:
+    """One evidence entry against the episode's ledger."""
+
+    side: Side
+    pmid: str
+    quote: str
+    pmid_retrieved: bool  # (a) the PMID is in the ledger of papers retrieved in this episode
+    quote_found_strict: bool  # (b) the quote is in that paper's title or abstract after normalisation
+    quote_found_fuzzy: bool  # lenient token-level match (diagnostic; never decides anything)
+
+    @property
+    def hallucinated(self) -> bool:
+        """Fails (a) or (b): the strict rule is the only one that counts."""
+        return not (self.pmid_retrieved and self.quote_found_strict)
+
+
+def check_entry(item: EvidenceItem, side: Side, ledger: Mapping[str, Article]) -> EntryCheck:
+    """Check one evidence entry: is its PMID retrieved, is its quote in that paper (strict and fuzzy)?"""
+    article = ledger.get(item.pmid)
+    strict = article is not None and _in_article(item.quote, article, find_quote)
+    fuzzy = strict or (article is not None and _in_article(item.quote, article, fuzzy_match))
+    return EntryCheck(side=side, pmid=item.pmid, quote=item.quote, pmid_retrieved=article is not None,
+                      quote_found_strict=strict, quote_found_fuzzy=fuzzy)
+
+
+def ehr(entries: Iterable[EntryCheck]) -> float:
+    """Evidence Hallucination Rate: hallucinated entries / cited entries; 0.0 when nothing is cited.
+
+    A report that cites nothing has invented nothing; it earns no evidence reward either.
+    """
+    checks = list(entries)
+    if not checks:
+        return 0.0
+    return sum(c.hallucinated for c in checks) / len(checks)
+
+
+def _in_article(quote: str, article: Article, match) -> bool:
+    # title and abstract separately: a quote may not run across the boundary between them
+    return bool(match(quote, article.title)) or bool(match(quote, article.abstract))
 
 
 def _clusters(s: str) -> Iterator[tuple[int, int]]:

@@ -1,0 +1,210 @@
+"""The judge's score cache: a pair is never scored twice, across steps, runs and processes.
+
+One SQLite file (WAL: readers never block the writer; `busy_timeout`; every write one `BEGIN IMMEDIATE`
+transaction, retried while busy), one connection per thread, reopened after a fork. Key:
+
+  (judge fingerprint, judge prompt hash, sha256(claim), pmid, sha256(title + abstract))
+
+The issue's key is (judge, prompt hash, claim, pmid); the paper's text hash is added because ids are only
+unique within a source (a SciFact S2ORC id can equal a PMID) and a re-fetched abstract may change. Claims
+and texts are stored as hashes: the file holds scores, not data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Self, TypeVar
+
+from biocheck.pubmed.types import Article
+from biocheck.rewards.judge_base import KEYS, Judge, Pair, Scores, clean_scores
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+DEFAULT_FILENAME = "judge_cache.sqlite"
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS scores (
+    judge       TEXT NOT NULL,
+    prompt_hash TEXT NOT NULL,
+    claim_sha   TEXT NOT NULL,
+    pmid        TEXT NOT NULL,
+    doc_sha     TEXT NOT NULL,
+    supported   REAL NOT NULL,
+    refuted     REAL NOT NULL,
+    nei         REAL NOT NULL,
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (judge, prompt_hash, claim_sha, pmid, doc_sha)
+) WITHOUT ROWID
+"""
+_COLUMNS = {"SUPPORTED": "supported", "REFUTED": "refuted", "NEI": "nei"}
+Key = tuple[str, str, str, str, str]
+
+
+class JudgeCacheError(Exception):
+    """The cache file could not be read or written."""
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def pair_key(judge_fingerprint: str, prompt_hash: str, claim: str, article: Article) -> Key:
+    return (judge_fingerprint, prompt_hash, _sha(str(claim)), article.pmid,
+            _sha(f"{article.title}\0{article.abstract}"))
+
+
+class JudgeCache:
+    """SQLite-backed (key -> scores) map, safe for many threads and processes."""
+
+    def __init__(self, path: str | os.PathLike[str], busy_timeout: float = 30.0, lock_timeout: float = 120.0) -> None:
+        p = Path(path)
+        self.path = p if p.suffix in (".sqlite", ".sqlite3", ".db") else p / DEFAULT_FILENAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.busy_timeout, self.lock_timeout = busy_timeout, lock_timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        conn = self._conn()
+        self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), "enable WAL")
+        version = self._retry(lambda: conn.execute("PRAGMA user_version").fetchone()[0], "read the schema version")
+        if version > SCHEMA_VERSION:
+            raise JudgeCacheError(f"{self.path}: schema version {version} is newer than this code; upgrade biocheck")
+        if version < SCHEMA_VERSION:
+            self._write(lambda c: (c.execute(_SCHEMA), c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")))
+
+    def _conn(self) -> sqlite3.Connection:
+        if os.getpid() != self._pid:  # forked: never touch the parent's connections
+            self._pid, self._local, self._connections = os.getpid(), threading.local(), []
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _retry(self, fn: Callable[[], T], what: str) -> T:
+        deadline, pause = time.monotonic() + self.lock_timeout, 0.01
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                text = str(exc).lower()
+                if not ("locked" in text or "busy" in text) or time.monotonic() > deadline:
+                    raise JudgeCacheError(f"judge cache {self.path}: could not {what}: {exc}") from exc
+            time.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(pause * 2, 0.5)
+
+    def _write(self, body: Callable[[sqlite3.Connection], object]) -> None:
+        conn = self._conn()
+
+        def attempt() -> None:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock up front: no deadlocking upgrade
+            try:
+                body(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        self._retry(attempt, "write")
+
+    def get_many(self, keys: Sequence[Key]) -> dict[Key, Scores]:
+        """The cached scores of those keys that are cached."""
+        conn = self._conn()
+        found: dict[Key, Scores] = {}
+
+        def read() -> None:
+            for key in dict.fromkeys(keys):
+                row = conn.execute(
+                    "SELECT supported, refuted, nei FROM scores WHERE judge=? AND prompt_hash=? AND claim_sha=? "
+                    "AND pmid=? AND doc_sha=?", key).fetchone()
+                if row is not None:
+                    found[key] = dict(zip(KEYS, (float(v) for v in row), strict=True))
+
+        self._retry(read, "read")
+        return found
+
+    def put_many(self, items: dict[Key, Scores]) -> None:
+        """Store scores; a key already there keeps its first value (a judge is deterministic)."""
+        if not items:
+            return
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        rows = [(*key, *(float(s[k]) for k in KEYS), now) for key, s in items.items()]
+        self._write(lambda c: c.executemany("INSERT OR IGNORE INTO scores VALUES (?,?,?,?,?,?,?,?,?)", rows))
+
+    def __len__(self) -> int:
+        return self._retry(lambda: self._conn().execute("SELECT COUNT(*) FROM scores").fetchone()[0], "count")
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._connections.clear()
+        self._local = threading.local()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class CachedJudge:
+    """A judge behind the cache: looks every pair up, scores only the misses (deduplicated) in ONE call."""
+
+    def __init__(self, judge: Judge, cache: JudgeCache) -> None:
+        self.judge, self.cache = judge, cache
+        self.spec = judge.spec
+        self.prompt_hash = judge.prompt_hash
+        self.hits = 0  # pairs answered from the cache (or by an identical pair earlier in the same call)
+        self.misses = 0  # pairs sent to the judge
+        self._lock = threading.Lock()
+
+    def fingerprint(self) -> str:
+        return self.judge.fingerprint()
+
+    def score(self, pairs: Sequence[Pair]) -> list[Scores]:
+        if not pairs:
+            return []
+        fp = self.judge.fingerprint()
+        keys = [pair_key(fp, self.prompt_hash, claim, article) for claim, article in pairs]
+        known = self.cache.get_many(keys)
+        todo: dict[Key, Pair] = {}
+        for key, pair in zip(keys, pairs, strict=True):
+            if key not in known and key not in todo:
+                todo[key] = pair
+        if todo:
+            fresh = [clean_scores(s) for s in self.judge.score(list(todo.values()))]
+            new = dict(zip(todo, fresh, strict=True))
+            self.cache.put_many(new)
+            known.update(new)
+        with self._lock:
+            self.misses += len(todo)
+            self.hits += len(pairs) - len(todo)
+        return [dict(known[k]) for k in keys]
+
+    def stats(self) -> dict[str, float]:
+        total = self.hits + self.misses
+        return {"hits": self.hits, "misses": self.misses, "hit_rate": self.hits / total if total else 0.0}
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.hits = self.misses = 0

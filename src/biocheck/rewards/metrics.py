@@ -1,0 +1,179 @@
+"""Evaluation metrics: classification (2-way / 3-way), bootstrap intervals, evidence quality (EQS, EHR).
+
+Classification follows scikit-learn exactly (macro averages over the label set in use, zero_division=0). A
+prediction that is None (no conclusion could be read) or outside the label set (NEI in the 2-way setting)
+counts as wrong: it lowers accuracy and the gold label's recall, and is nobody's precision, as sklearn does
+for a predicted label outside `labels`. The confusion matrix has an extra column "OTHER" for those.
+Everything returned is plain JSON numbers, ready for DVC metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from biocheck.labels import Label
+
+LABEL_SETS: dict[str, tuple[str, ...]] = {
+    "2way": (Label.SUPPORTED.value, Label.REFUTED.value),
+    "3way": (Label.SUPPORTED.value, Label.REFUTED.value, Label.NEI.value),
+}
+OTHER = "OTHER"  # confusion-matrix column for predictions outside the label set (None included)
+
+
+def _name(x: Label | str | None) -> str | None:
+    if x is None:
+        return None
+    return x.value if isinstance(x, Label) else str(x)
+
+
+def _encode(gold: Sequence[Any], pred: Sequence[Any], labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Gold and predicted label indices; a prediction outside `labels` (or None) gets index len(labels)."""
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} labels, pred {len(pred)}")
+    index = {lab: i for i, lab in enumerate(labels)}
+    g = [index.get(_name(x), -1) for x in gold]
+    if any(i < 0 for i in g):
+        bad = sorted({str(_name(x)) for x, i in zip(gold, g, strict=True) if i < 0})
+        raise ValueError(f"gold labels {bad} are not in the label set {list(labels)}")
+    p = [index.get(_name(x), len(labels)) for x in pred]
+    return np.asarray(g, dtype=np.int64), np.asarray(p, dtype=np.int64)
+
+
+def _scores(cm: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-label precision/recall/F1 from confusion matrices [..., k, k+1] (rows gold, cols pred + OTHER)."""
+    k = cm.shape[-2]
+    tp = np.diagonal(cm[..., :k], axis1=-2, axis2=-1).astype(float)
+    predicted = cm[..., :k].sum(axis=-2).astype(float)  # column sums over the label columns
+    support = cm.sum(axis=-1).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(predicted > 0, tp / predicted, 0.0)
+        recall = np.where(support > 0, tp / support, 0.0)
+        denom = precision + recall
+        f1 = np.where(denom > 0, 2 * precision * recall / denom, 0.0)
+    n = cm.sum(axis=(-2, -1)).astype(float)
+    accuracy = np.where(n > 0, tp.sum(axis=-1) / np.where(n > 0, n, 1), 0.0)
+    return {"precision": precision, "recall": recall, "f1": f1, "support": support, "accuracy": accuracy}
+
+
+def _confusion(g: np.ndarray, p: np.ndarray, k: int) -> np.ndarray:
+    return np.bincount(g * (k + 1) + p, minlength=k * (k + 1)).reshape(k, k + 1)
+
+
+def classification_metrics(gold: Sequence[Label | str], pred: Sequence[Label | str | None],
+                           labels: Sequence[str] = LABEL_SETS["3way"]) -> dict[str, Any]:
+    """Accuracy, macro precision/recall/F1 (sklearn, zero_division=0), per-label scores and confusion matrix."""
+    labels = [_name(x) for x in labels]
+    g, p = _encode(gold, pred, labels)
+    k = len(labels)
+    if len(g) == 0:
+        return {"n": 0}
+    cm = _confusion(g, p, k)
+    s = _scores(cm)
+    return {
+        "n": int(len(g)),
+        "accuracy": float(s["accuracy"]),
+        "macro_precision": float(s["precision"].mean()),
+        "macro_recall": float(s["recall"].mean()),
+        "macro_f1": float(s["f1"].mean()),
+        "per_label": {lab: {"precision": float(s["precision"][i]), "recall": float(s["recall"][i]),
+                            "f1": float(s["f1"][i]), "support": int(s["support"][i])} for i, lab in enumerate(labels)},
+        "confusion": {lab: {col: int(cm[i, j]) for j, col in enumerate([*labels, OTHER])}
+                      for i, lab in enumerate(labels)},
+    }
+
+
+def bootstrap_ci(gold: Sequence[Label | str], pred: Sequence[Label | str | None],
+                 labels: Sequence[str] = LABEL_SETS["3way"], n_resamples: int = 1000, seed: int = 0,
+                 level: float = 0.95) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap intervals (episodes resampled with replacement, seeded) for accuracy and macro P/R/F1."""
+    labels = [_name(x) for x in labels]
+    g, p = _encode(gold, pred, labels)
+    k, n = len(labels), len(g)
+    if n == 0 or n_resamples < 1:
+        return {}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_resamples, n))
+    cells = g[idx] * (k + 1) + p[idx]  # [resamples, n] confusion-cell ids
+    offsets = np.arange(n_resamples)[:, None] * (k * (k + 1))
+    cm = np.bincount((cells + offsets).ravel(), minlength=n_resamples * k * (k + 1)).reshape(n_resamples, k, k + 1)
+    s = _scores(cm)
+    values = {"accuracy": s["accuracy"], "macro_precision": s["precision"].mean(-1),
+              "macro_recall": s["recall"].mean(-1), "macro_f1": s["f1"].mean(-1)}
+    return {name: _interval(v, level) for name, v in values.items()}
+
+
+def bootstrap_mean_ci(values: Sequence[float], n_resamples: int = 1000, seed: int = 0,
+                      level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of a mean (None for no values)."""
+    x = np.asarray(list(values), dtype=float)
+    if x.size == 0 or n_resamples < 1:
+        return None
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_resamples, x.size))].mean(-1)
+    return _interval(means, level)
+
+
+def _interval(v: np.ndarray, level: float) -> tuple[float, float]:
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(v, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def evidence_metrics(breakdowns: Iterable[Any]) -> dict[str, float | int]:
+    """EQS and EHR over reports (see docs/rewards.md).
+
+    eqs: mean of the per-report EQS over reports that cite something; eqs_micro: mean s over all cited entries.
+    ehr: mean of the per-report EHR over all reports (0 for a report citing nothing); ehr_micro: hallucinated /
+    cited entries over all reports. Empty inputs give 0.
+    """
+    bs = list(breakdowns)
+    citing = [b for b in bs if b.n_cited > 0]
+    entries = [e for b in bs for e in b.entries]
+    cited = sum(b.n_cited for b in bs)
+    return {
+        "reports": len(bs),
+        "reports_citing": len(citing),
+        "cited_per_report": cited / len(bs) if bs else 0.0,
+        "eqs": sum(b.eqs for b in citing) / len(citing) if citing else 0.0,
+        "eqs_micro": sum(e.s for e in entries) / len(entries) if entries else 0.0,
+        "ehr": sum(b.ehr for b in bs) / len(bs) if bs else 0.0,
+        "ehr_micro": sum(b.n_hallucinated for b in bs) / cited if cited else 0.0,
+        "fuzzy_only_rate": sum(e.fuzzy and not e.strict for e in entries) / len(entries) if entries else 0.0,
+        "judge_used": sum(b.judge_used for b in bs) / len(bs) if bs else 0.0,
+    }
+
+
+def aggregate(items: Iterable[Any], label_sets: Sequence[str] = ("2way", "3way"), n_resamples: int = 1000,
+              seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """DVC-ready metrics for scored episodes: `RewardBreakdown`s, or (episode, breakdown) pairs.
+
+    reward: mean of each component (+ bootstrap interval of the total); evidence: `evidence_metrics`;
+    per label set: `classification_metrics` over the episodes whose gold label is in the set, with bootstrap
+    intervals as <metric>_lo / <metric>_hi. Episodes without a gold label only enter reward and evidence.
+    """
+    bs = [x[1] if isinstance(x, tuple) else x for x in items]
+    n = len(bs)
+    out: dict[str, Any] = {"n": n}
+    reward = {name: (sum(getattr(b, name) for b in bs) / n if n else 0.0)
+              for name in ("total", "outcome", "search", "evidence", "hallucination")}
+    ci = bootstrap_mean_ci([b.total for b in bs], n_resamples, seed, level)
+    if ci is not None:
+        reward["total_lo"], reward["total_hi"] = ci
+    out["reward"] = reward
+    out["evidence"] = evidence_metrics(bs)
+    out["parsed_rate"] = sum(b.conclusion is not None for b in bs) / n if n else 0.0
+    for name in label_sets:
+        if name not in LABEL_SETS:
+            raise ValueError(f"label set {name!r}: expected one of {', '.join(LABEL_SETS)}")
+        labels = LABEL_SETS[name]
+        keep = [b for b in bs if _name(b.gold) in labels]
+        gold = [_name(b.gold) for b in keep]
+        pred = [_name(b.conclusion) for b in keep]
+        m = classification_metrics(gold, pred, labels)
+        for metric, (lo, hi) in bootstrap_ci(gold, pred, labels, n_resamples, seed, level).items():
+            m[f"{metric}_lo"], m[f"{metric}_hi"] = lo, hi
+        out[name] = m
+    return out

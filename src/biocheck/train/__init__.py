@@ -1,0 +1,1 @@
+"""EG-GRPO training (TRL GRPOTrainer), the SFT warm start, and checkpoint selection."""

@@ -1,0 +1,143 @@
+"""EG-GRPO with TRL's GRPOTrainer over the agent's own tool loop.
+
+Choice: TRL's built-in multi-turn tool loop (`environment_factory`, see env.py) rather than a
+custom `rollout_func`: TRL then owns generation (transformers or vLLM), token bookkeeping and the
+tool mask (tool-result tokens get loss weight 0), and our environment supplies exactly the agent's
+tool, texts and budget. tests/test_train.py proves the parity: for a scripted episode, the text the
+policy sees in training equals what `biocheck check` renders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """params.yaml `train:` (GRPOConfig fields by the same names) plus BioCheck's own switches."""
+
+    out_dir: Path = Path("models/checkpoints")
+    search_backend: str = "local"  # the paper profile trains on `replay` over the warm evidence store
+    num_generations: int = 8
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-6
+    beta: float = 0.0  # KL coefficient
+    epsilon: float = 0.2
+    loss_type: str = "dapo"
+    max_steps: int = 70
+    save_steps: int = 10
+    eval_steps: int = 10
+    logging_steps: int = 1
+    max_completion_length: int = 4096
+    temperature: float = 1.0
+    seed: int = 0
+    gradient_checkpointing: bool = False
+    bf16: bool = False
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    num_generations_eval: int | None = None
+    eval_on_start: bool = True  # the start's validation reward (the learning check compares against it)
+    lora: dict[str, Any] | None = None  # e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}
+    sft: dict[str, Any] = field(default_factory=dict)  # SFTConfig fields; {enabled: false} in the paper profile
+    sample_episodes: int = 4  # rollouts logged to MLflow per logging step
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        if self.save_steps % self.eval_steps and self.eval_steps % self.save_steps:
+            raise ValueError("train.save_steps must be a multiple of train.eval_steps (each checkpoint needs "
+                             "a validation reward)")
+
+    GRPO_FIELDS = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
+                   "beta", "epsilon", "loss_type", "max_steps", "save_steps", "eval_steps", "logging_steps",
+                   "max_completion_length", "temperature", "seed", "gradient_checkpointing", "bf16", "use_vllm",
+                   "vllm_mode", "num_generations_eval", "eval_on_start")
+
+    def grpo_config(self, output_dir: Path, max_tool_calling_iterations: int, report_to: list[str]):
+        import torch
+        from trl import GRPOConfig
+
+        kwargs = {k: getattr(self, k) for k in self.GRPO_FIELDS if getattr(self, k) is not None}
+        return GRPOConfig(
+            output_dir=str(output_dir), eval_strategy="steps", save_strategy="steps",
+            per_device_eval_batch_size=self.per_device_train_batch_size,
+            max_tool_calling_iterations=max_tool_calling_iterations,
+            use_cpu=not torch.cuda.is_available(), report_to=report_to, save_only_model=False,
+            log_completions=False, remove_unused_columns=False, **kwargs)
+
+
+class TimedMixin:
+    """Logs the split of each step between rollout generation (+ scoring) and optimisation."""
+
+    def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+        t0 = time.perf_counter()
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["time/generation_s"].append(time.perf_counter() - t0)
+        return out
+
+
+def fingerprint_inputs(payload: dict[str, Any]) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    ckpts = sorted((p for p in out_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
+                   key=lambda p: int(p.name.split("-")[-1]))
+    return ckpts[-1] if ckpts else None
+
+
+def prepare_out_dir(out_dir: Path, run_key: str) -> Path | None:
+    """Return the checkpoint to resume from, or None. Checkpoints of a different run (other params or
+    inputs) are removed first: resuming them would mix two experiments."""
+    import shutil
+
+    marker = out_dir / "run_key.json"
+    if out_dir.exists():
+        old = json.loads(marker.read_text()).get("key") if marker.is_file() else None
+        if old != run_key:
+            if any(out_dir.iterdir()):
+                log.warning("%s holds checkpoints of another run (key %s != %s); starting afresh", out_dir, old, run_key)
+            shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"key": run_key}) + "\n")
+    return latest_checkpoint(out_dir)
+
+
+def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_factory, bank, max_tool_iters: int,
+                 report_to: list[str], callbacks: list | None = None):
+    import os as _os
+
+    _os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl import GRPOTrainer
+
+    class BioCheckGRPOTrainer(TimedMixin, GRPOTrainer):
+        pass
+
+    args = cfg.grpo_config(cfg.out_dir, max_tool_iters, report_to)
+    args.reward_weights = bank.weights()
+    peft_config = None
+    if cfg.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(task_type="CAUSAL_LM", **cfg.lora)
+    return BioCheckGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=bank.functions(), args=args,
+                               train_dataset=train_ds, eval_dataset=eval_ds, environment_factory=env_factory,
+                               peft_config=peft_config, callbacks=callbacks or [])
+
+
+def plain(cfg) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+
+
+__all__ = ["TrainConfig", "make_trainer", "prepare_out_dir", "latest_checkpoint", "fingerprint_inputs", "plain"]

@@ -1,0 +1,119 @@
+"""`biocheck select`: pick the checkpoint with the best validation reward and make it the champion.
+
+Each checkpoint's validation reward is the `eval_reward` TRL logged at its step (save_steps is a
+multiple of eval_steps, so there is one); ties go to the earlier step. The selected weights are
+copied to `models/selected`, the whole table goes to `metrics/selection.json` (+ a CSV curve for DVC
+plots), and the model is registered in the MLflow model registry with the alias `champion`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from biocheck.io import InputError, atomic_dir, atomic_path, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+               "adapter_config.json", "adapter_model.safetensors")
+
+
+@dataclass
+class SelectConfig:
+    checkpoints: Path = Path("models/checkpoints")
+    out_dir: Path = Path("models/selected")
+    metrics_path: Path = Path("metrics/selection.json")
+    curve_path: Path = Path("metrics/reward_curve.csv")
+    registered_model: str = "biocheck-agent"
+    register: bool = True
+
+    def __post_init__(self) -> None:
+        for k in ("checkpoints", "out_dir", "metrics_path", "curve_path"):
+            setattr(self, k, Path(getattr(self, k)))
+
+
+def _step(p: Path) -> int:
+    return int(p.name.rsplit("-", 1)[-1])
+
+
+def checkpoint_table(ckpt_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(one row per saved checkpoint with its validation reward, the full log history)."""
+    ckpts = sorted((p for p in ckpt_dir.glob("checkpoint-*") if p.name.rsplit("-", 1)[-1].isdigit()), key=_step)
+    if not ckpts:
+        raise InputError(f"{ckpt_dir}: no checkpoints. Run `biocheck train` (or `dvc repro train`) first.")
+    history = json.loads((ckpts[-1] / "trainer_state.json").read_text())["log_history"]
+    evals = {h["step"]: h for h in history if "eval_reward" in h}
+    rows = []
+    for p in ckpts:
+        e = evals.get(_step(p))
+        row = {"step": _step(p), "checkpoint": str(p), "eval_reward": e["eval_reward"] if e else None}
+        if e:
+            row.update({k.removeprefix("eval_rewards/").removesuffix("/mean"): v for k, v in e.items()
+                        if k.startswith("eval_rewards/") and k.endswith("/mean")})
+        rows.append(row)
+    return rows, history
+
+
+def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    scored = [r for r in rows if r["eval_reward"] is not None]
+    if not scored:
+        raise InputError("no checkpoint has a validation reward (set train.save_steps to a multiple of "
+                         "train.eval_steps).")
+    return max(scored, key=lambda r: (r["eval_reward"], -r["step"]))  # ties: the earlier step
+
+
+def select(cfg: SelectConfig | None = None) -> dict[str, Any]:
+    cfg = cfg or SelectConfig()
+    rows, history = checkpoint_table(cfg.checkpoints)
+    best = choose(rows)
+    src = Path(best["checkpoint"])
+    with atomic_dir(cfg.out_dir) as tmp:
+        for name in MODEL_FILES:
+            if (src / name).exists():
+                shutil.copy2(src / name, tmp / name)
+        (tmp / "selection.json").write_text(json.dumps(best, indent=2) + "\n")
+    start = next((h["eval_reward"] for h in history if "eval_reward" in h and h["step"] == 0), None)
+    result = {"selected_step": best["step"], "selected_eval_reward": best["eval_reward"],
+              "start_eval_reward": start, "table": rows}
+    write_json_atomic(cfg.metrics_path, result)
+    with atomic_path(cfg.curve_path) as tmp:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["step", "train_reward", "eval_reward"])
+            train = {h["step"]: h["reward"] for h in history if "reward" in h}
+            ev = {h["step"]: h["eval_reward"] for h in history if "eval_reward" in h}
+            for step in sorted(set(train) | set(ev)):
+                w.writerow([step, train.get(step, ""), ev.get(step, "")])
+    if cfg.register:
+        result["registered"] = register(cfg, best)
+    return result
+
+
+def register(cfg: SelectConfig, best: dict[str, Any]) -> dict[str, Any] | None:
+    """Register models/selected as a new version of `cfg.registered_model`, alias `champion`."""
+    from biocheck import tracking
+
+    if not tracking.enabled():
+        return None
+    import mlflow
+    from mlflow import MlflowClient
+
+    with tracking.run("select", params={"selected_step": best["step"]}) as run:
+        tracking.log_metrics({"selected_eval_reward": best["eval_reward"], "selected_step": best["step"]})
+        client = MlflowClient()
+        try:
+            client.get_registered_model(cfg.registered_model)
+        except mlflow.exceptions.MlflowException:
+            client.create_registered_model(cfg.registered_model, description="BioCheck agent policy (EG-GRPO)")
+        mv = client.create_model_version(cfg.registered_model, source=cfg.out_dir.resolve().as_uri(),
+                                         run_id=run.info.run_id,
+                                         tags={"step": str(best["step"]), "eval_reward": str(best["eval_reward"])})
+        client.set_registered_model_alias(cfg.registered_model, "champion", mv.version)
+    return {"name": cfg.registered_model, "version": mv.version, "alias": "champion"}

@@ -1,0 +1,94 @@
+"""Supervised warm start on demonstration episodes (quickstart only; off in the paper profile).
+
+Loss only on the assistant's tokens (tool calls and the report); the prompt and tool results are
+masked, as they are in RL. Assistant spans are found by rendering the conversation with the model's
+own chat template up to each assistant turn, so the tokens trained on are the tokens the policy
+will produce during rollouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from biocheck.agent.tools import TOOL_SCHEMA
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTConfig:
+    enabled: bool = True
+    epochs: int = 3
+    learning_rate: float = 1e-3
+    max_length: int = 4096  # tokens; longer demonstrations are skipped
+    max_examples: int | None = None
+    out_dir: Path = Path("models/sft")
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+
+
+def render_ids(tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
+    ids = tokenizer.apply_chat_template(messages, tools=[TOOL_SCHEMA], add_generation_prompt=add_generation_prompt,
+                                        tokenize=True, return_dict=False)
+    return list(ids)
+
+
+def assistant_labels(tokenizer, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """(input_ids, labels) with labels = -100 everywhere except the assistant turns."""
+    full = render_ids(tokenizer, messages, add_generation_prompt=False)
+    labels = [-100] * len(full)
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        start = len(render_ids(tokenizer, messages[:i], add_generation_prompt=True))
+        end = len(render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False))
+        if full[:end] != render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False):
+            raise ValueError("the chat template is not prefix-preserving; cannot locate assistant turns")
+        labels[start:end] = full[start:end]
+    return full, labels
+
+
+def train_sft(model, tokenizer, conversations: list[list[dict[str, Any]]], cfg: SFTConfig, seed: int = 0,
+              progress: bool = True) -> dict[str, Any]:
+    """Fine-tune `model` in place on the conversations; return stats (examples, steps, first/last loss)."""
+    import torch
+
+    examples = []
+    for conv in conversations[: cfg.max_examples]:
+        ids, labels = assistant_labels(tokenizer, conv)
+        if len(ids) <= cfg.max_length:
+            examples.append((ids, labels))
+    if not examples:
+        raise ValueError("no demonstration fits sft.max_length")
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    steps = cfg.epochs * len(examples)
+    with tqdm(total=steps, desc="sft", disable=not progress) as bar:
+        for _ in range(cfg.epochs):
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+            for i in order:
+                ids, labels = examples[i]
+                out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
+                out.loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(out.loss.item())
+                bar.update(1)
+    model.eval()
+    k = max(1, len(examples) // 2)
+    return {"examples": len(examples), "steps": steps, "loss_first_epoch": sum(losses[:k]) / k,
+            "loss_last_epoch": sum(losses[-k:]) / k, "seconds": round(time.perf_counter() - t0, 1)}
