@@ -91,3 +91,25 @@ def test_mlflow_run_records_prompt_hash_and_traces(workdir):
     assert run.data.metrics["episodes"] == 1 and run.data.metrics["mean_searches"] == 1
     artifacts = [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "traces")]
     assert "traces/a.json" in artifacts
+
+
+def test_score_cli_one_trace_and_a_folder(workdir):
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json",
+                            "--trace", "t.json"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["score", "t.json", "--judge", "none", "--gold", "SUPPORTED", "--json"])
+    assert r.exit_code == 0, r.output
+    b = json.loads(r.stdout)
+    # one search with a field tag: R_search 1; correct label: R_outcome 1; the quote is verbatim in 101
+    assert (b["outcome"], b["search"], b["hallucination"], b["n_cited"]) == (1.0, 1.0, 0.0, 1)
+    assert b["total"] == 1.0 + 0.5 * 1.0 + 1.0 * b["evidence"] - 0.0
+    assert b["entries"][0]["strict"] is True and b["judge_used"] is False
+    r = runner.invoke(app, ["score", "t.json", "--judge", "none", "--gold", "REFUTED"])
+    assert r.exit_code == 0 and "R_outcome       0.0000" in r.stdout
+    (workdir / "runs").mkdir()
+    (workdir / "t.json").rename(workdir / "runs" / "a.json")
+    r = runner.invoke(app, ["score", "--traces", "runs", "--judge", "none", "--out", "scores.json"])
+    assert r.exit_code == 0, r.output
+    agg = json.loads((workdir / "scores.json").read_text())
+    assert json.loads(r.stdout) == agg and "outcome" in json.dumps(agg)
+    assert runner.invoke(app, ["score", "t.json", "--gold", "MAYBE"]).exit_code == 2

@@ -15,7 +15,8 @@ runner = CliRunner()
 
 COMMANDS = [[], ["data"], ["data", "fetch"], ["data", "prepare"], ["data", "validate"], ["profile"],
             ["profile", "use"], ["profile", "list"], ["version"], ["evidence"], ["evidence", "build"],
-            ["evidence", "stats"], ["search"]]
+            ["evidence", "stats"], ["search"], ["model"], ["model", "init"], ["check"], ["score"], ["train"],
+            ["select"]]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "biocheck")
