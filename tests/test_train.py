@@ -195,7 +195,7 @@ def test_train_is_killed_and_resumes_from_the_last_checkpoint(project):
     done = subprocess.run([sys.executable, "-c", RUN, str(project / "params.yaml"), "0"], cwd=project, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "resuming from" in done.stdout + done.stderr
+    assert f"'resumed_from': '{ckpt / 'checkpoint-2'}'" in done.stdout
     state = json.loads((ckpt / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     assert (ckpt / "checkpoint-1" / "trainer_state.json").stat().st_mtime_ns == first  # not redone

@@ -115,7 +115,8 @@ def train(params: dict[str, Any], progress: bool = True, **overrides: Any) -> di
     history = trainer.state.log_history
     evals = [h for h in history if "eval_reward" in h]
     stats = {"steps": trainer.state.global_step, "train_loss": result.training_loss,
+             "resumed_from": str(resume) if resume else None,
              "eval_reward_start": evals[0]["eval_reward"] if evals else None,
              "eval_reward_last": evals[-1]["eval_reward"] if evals else None, "sft": sft_stats}
-    write_json_atomic(Path("metrics/train.json"), {k: v for k, v in stats.items() if k != "sft"})
+    write_json_atomic(Path("metrics/train.json"), {k: v for k, v in stats.items() if k not in ("sft", "resumed_from")})
     return stats
