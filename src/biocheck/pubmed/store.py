@@ -21,17 +21,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import sqlite3
-import threading
-import time
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from biocheck.pubmed.types import Article, SearchResult
+from biocheck.sqlite_db import SQLiteDB
 
 logger = logging.getLogger(__name__)
 
@@ -91,138 +89,22 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
-
-
 def resolve_path(path: str | os.PathLike[str]) -> Path:
     """A path ending in .sqlite/.sqlite3/.db is the file; anything else is its directory."""
     p = Path(path)
     return p if p.suffix in (".sqlite", ".sqlite3", ".db") else p / DEFAULT_FILENAME
 
 
-class EvidenceStore:
+class EvidenceStore(SQLiteDB):
     """SQLite-backed record of queries and articles, safe for many threads and processes."""
 
+    label = "evidence store"
+    error = StoreError
+    schema = _SCHEMA
+    schema_version = SCHEMA_VERSION
+
     def __init__(self, path: str | os.PathLike[str], busy_timeout: float = 30.0, lock_timeout: float = 120.0) -> None:
-        self.path = resolve_path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.busy_timeout = busy_timeout
-        self.lock_timeout = lock_timeout  # total time a write may keep retrying on "busy"
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._closed = False
-        self._init_schema()
-
-    # ------------------------------------------------------------------ connections
-
-    def _connect(self) -> sqlite3.Connection:
-        # isolation_level=None: no implicit transactions; we BEGIN/COMMIT explicitly.
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a crash loses no committed write
-        conn.execute("PRAGMA foreign_keys = ON")
-        return conn
-
-    def _conn(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError(f"evidence store {self.path} is closed")
-        if os.getpid() != self._pid:  # forked: never touch the parent's connections
-            self._pid = os.getpid()
-            self._local = threading.local()
-            self._connections = []
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
-
-    def close(self) -> None:
-        """Close every connection this store opened (call once the worker threads are done)."""
-        with self._lock:
-            for conn in self._connections:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-            self._connections.clear()
-        self._local = threading.local()
-        self._closed = True
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _init_schema(self) -> None:
-        conn = self._conn()
-        self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), "enable WAL")
-        current = self._retry_busy(lambda: conn.execute("PRAGMA user_version").fetchone()[0], "read schema version")
-        if current != SCHEMA_VERSION:  # only a new (or old) file needs the write lock
-            self._write(self._create_schema)
-
-    @staticmethod
-    def _create_schema(conn: sqlite3.Connection) -> None:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"evidence store schema version {version} is newer than this code ({SCHEMA_VERSION}); upgrade biocheck"
-            )
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    # ------------------------------------------------------------------ transactions
-
-    def _retry_busy(self, fn: Callable[[], T], what: str) -> T:
-        deadline = time.monotonic() + self.lock_timeout
-        pause = 0.01
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() > deadline:
-                    raise StoreError(f"evidence store {self.path}: could not {what}: {exc}") from exc
-            time.sleep(pause * random.uniform(0.5, 1.5))
-            pause = min(pause * 2, 0.5)
-
-    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `body` in one BEGIN IMMEDIATE transaction; all or nothing; retried while busy."""
-        conn = self._conn()
-
-        def attempt() -> T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                out = body(conn)
-                conn.execute("COMMIT")
-                return out
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
-        return self._retry_busy(attempt, "write")
-
-    def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `body` in one read transaction (a consistent snapshot)."""
-        conn = self._conn()
-
-        def attempt() -> T:
-            conn.execute("BEGIN")
-            try:
-                return body(conn)
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-
-        return self._retry_busy(attempt, "read")
+        super().__init__(resolve_path(path), busy_timeout, lock_timeout)
 
     # ------------------------------------------------------------------ writes
 

@@ -15,17 +15,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import random
-import sqlite3
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import TypeVar
 
 from biocheck.pubmed.types import Article
 from biocheck.rewards.judge_base import KEYS, Judge, Pair, Scores, clean_scores
+from biocheck.sqlite_db import SQLiteDB
 
 log = logging.getLogger(__name__)
 
@@ -63,65 +61,18 @@ def pair_key(judge_fingerprint: str, prompt_hash: str, claim: str, article: Arti
             _sha(f"{article.title}\0{article.abstract}"))
 
 
-class JudgeCache:
+class JudgeCache(SQLiteDB):
     """SQLite-backed (key -> scores) map, safe for many threads and processes."""
+
+    label = "judge cache"
+    error = JudgeCacheError
+    schema = _SCHEMA
+    schema_version = SCHEMA_VERSION
 
     def __init__(self, path: str | os.PathLike[str], busy_timeout: float = 30.0, lock_timeout: float = 120.0) -> None:
         p = Path(path)
-        self.path = p if p.suffix in (".sqlite", ".sqlite3", ".db") else p / DEFAULT_FILENAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.busy_timeout, self.lock_timeout = busy_timeout, lock_timeout
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
-        self._pid = os.getpid()
-        conn = self._conn()
-        self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), "enable WAL")
-        version = self._retry(lambda: conn.execute("PRAGMA user_version").fetchone()[0], "read the schema version")
-        if version > SCHEMA_VERSION:
-            raise JudgeCacheError(f"{self.path}: schema version {version} is newer than this code; upgrade biocheck")
-        if version < SCHEMA_VERSION:
-            self._write(lambda c: (c.execute(_SCHEMA), c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")))
-
-    def _conn(self) -> sqlite3.Connection:
-        if os.getpid() != self._pid:  # forked: never touch the parent's connections
-            self._pid, self._local, self._connections = os.getpid(), threading.local(), []
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
-
-    def _retry(self, fn: Callable[[], T], what: str) -> T:
-        deadline, pause = time.monotonic() + self.lock_timeout, 0.01
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as exc:
-                text = str(exc).lower()
-                if not ("locked" in text or "busy" in text) or time.monotonic() > deadline:
-                    raise JudgeCacheError(f"judge cache {self.path}: could not {what}: {exc}") from exc
-            time.sleep(pause * random.uniform(0.5, 1.5))
-            pause = min(pause * 2, 0.5)
-
-    def _write(self, body: Callable[[sqlite3.Connection], object]) -> None:
-        conn = self._conn()
-
-        def attempt() -> None:
-            conn.execute("BEGIN IMMEDIATE")  # the write lock up front: no deadlocking upgrade
-            try:
-                body(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
-        self._retry(attempt, "write")
+        super().__init__(p if p.suffix in (".sqlite", ".sqlite3", ".db") else p / DEFAULT_FILENAME,
+                         busy_timeout, lock_timeout)
 
     def get_many(self, keys: Sequence[Key]) -> dict[Key, Scores]:
         """The cached scores of those keys that are cached."""
@@ -149,22 +100,6 @@ class JudgeCache:
 
     def __len__(self) -> int:
         return self._retry(lambda: self._conn().execute("SELECT COUNT(*) FROM scores").fetchone()[0], "count")
-
-    def close(self) -> None:
-        with self._lock:
-            for conn in self._connections:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-            self._connections.clear()
-        self._local = threading.local()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class CachedJudge:

@@ -1,0 +1,149 @@
+"""One SQLite file shared by many threads and processes (the evidence store, the judge cache).
+
+WAL mode (readers never block the writer), `busy_timeout`, one connection per thread (sqlite3
+connections must not cross threads; a forked child opens its own), every write one
+`BEGIN IMMEDIATE` transaction (the write lock up front, so no deadlocking lock upgrade; all or
+nothing), and "database is locked/busy" retried with jittered backoff until `lock_timeout`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Self, TypeVar
+
+T = TypeVar("T")
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+class SQLiteDB:
+    """Subclasses set `label`, `error`, `schema` (statements separated by ';') and `schema_version`."""
+
+    label = "database"
+    error: type[Exception] = RuntimeError
+    schema = ""
+    schema_version = 1
+
+    def __init__(self, path: Path, busy_timeout: float = 30.0, lock_timeout: float = 120.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.busy_timeout = busy_timeout
+        self.lock_timeout = lock_timeout  # total time an operation may keep retrying on "busy"
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = False
+        self._init_schema()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; we BEGIN/COMMIT explicitly.
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a crash loses no committed write
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise self.error(f"{self.label} {self.path} is closed")
+        if os.getpid() != self._pid:  # forked: never touch the parent's connections
+            self._pid, self._local, self._connections = os.getpid(), threading.local(), []
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this object opened (call once the worker threads are done)."""
+        with self._lock:
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._connections.clear()
+        self._local = threading.local()
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema --------------------------------------------------------------------------------
+
+    def _init_schema(self) -> None:
+        conn = self._conn()
+        self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), "enable WAL")
+        current = self._retry(lambda: conn.execute("PRAGMA user_version").fetchone()[0], "read the schema version")
+        if current != self.schema_version:  # only a new (or old) file needs the write lock
+            self._write(self._create_schema)
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > self.schema_version:
+            raise self.error(f"{self.label} {self.path}: schema version {version} is newer than this code "
+                             f"({self.schema_version}); upgrade biocheck")
+        for statement in self.schema.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {self.schema_version}")
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _retry(self, fn: Callable[[], T], what: str) -> T:
+        deadline, pause = time.monotonic() + self.lock_timeout, 0.01
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() > deadline:
+                    raise self.error(f"{self.label} {self.path}: could not {what}: {exc}") from exc
+            time.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(pause * 2, 0.5)
+
+    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `body` in one BEGIN IMMEDIATE transaction; all or nothing; retried while busy."""
+        conn = self._conn()
+
+        def attempt() -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = body(conn)
+                conn.execute("COMMIT")
+                return out
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        return self._retry(attempt, "write")
+
+    def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `body` in one read transaction (a consistent snapshot)."""
+        conn = self._conn()
+
+        def attempt() -> T:
+            conn.execute("BEGIN")
+            try:
+                return body(conn)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+        return self._retry(attempt, "read")
