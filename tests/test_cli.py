@@ -99,3 +99,15 @@ def test_params_is_the_quickstart_profile_and_profiles_share_keys():
         return {prefix + k for k in d} | {x for k, v in d.items() if isinstance(v, dict) for x in keys(v, f"{prefix}{k}.")}
     assert keys(quick) == keys(paper)
     assert paper["data"]["subset"] == {"train": None, "val": None, "test": None}
+
+
+@pytest.mark.parametrize("profile", ["quickstart", "paper"])
+def test_every_stage_config_builds_from_each_profile(profile):
+    from biocheck import config as c
+
+    p = c.load_params(REPO / "profiles" / f"{profile}.yaml")
+    built = [c.fetch_config(p), c.prepare_config(p), c.validate_config(p), c.evidence_config(p), c.search_config(p),
+             c.model_config(p), c.agent_config(p), c.train_config(p), c.reward_config(p)[0], c.select_config(p)]
+    assert all(b is not None for b in built)
+    assert c.search_config(p).index_dir == c.evidence_config(p).index_dir  # one key, one path
+    assert str(c.validate_config(p).prepared_dir) == p["data"]["out_dir"]
