@@ -65,7 +65,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.plot(steps, rewards, marker="o", ls="-" if r["variant"] == "eg_grpo" else "--",
                 label=f"{r['variant']} seed {r['seed']}")
     ax.set_xlabel("GRPO step (0 = SFT start)")
-    ax.set_ylabel("validation reward (EG-GRPO total)")
+    ax.set_ylabel("validation reward (the variant's own total)")
     ax.set_title("Quickstart learning check (tiny model, CPU)")
     ax.legend(fontsize=7)
     fig.tight_layout()
