@@ -142,10 +142,7 @@ class TransformersJudge:
         self._per_row_keep = _has_per_row_logits_to_keep()
 
     def _load(self, ref: str, device: str, dtype: str | None) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
+        from biocheck.models.load import load_causal_lm
         from biocheck.models.resolve import ModelNotFoundError, resolve_model
 
         ref = ref[len(SPEC_PREFIX):] if ref.startswith(SPEC_PREFIX) else ref
@@ -154,17 +151,10 @@ class TransformersJudge:
             self.path = resolve_model(ref)
         except ModelNotFoundError as e:
             raise JudgeError(str(e)) from None
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        hf_logging.disable_progress_bar()
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype)
+            self.model, self.tokenizer, self.device = load_causal_lm(self.path, device, dtype)
         except (OSError, ValueError, KeyError) as e:
             raise JudgeError(f"{self.spec}: could not load the model/tokenizer from {self.path}: {e}") from None
-        self.model.to(self.device).eval()
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:

@@ -126,25 +126,12 @@ class TransformersChat:
         except ModelNotFoundError as e:
             raise LLMError(str(e)) from None
 
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from biocheck.models.load import load_causal_lm
 
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        if dtype is None:
-            torch_dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        else:
-            torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # no "Loading weights" bar between a CLI's own output lines
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-            self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch_dtype)
+            self.model, self.tokenizer, self.device = load_causal_lm(self.path, device, dtype)
         except (OSError, ValueError, KeyError) as e:
             raise LLMError(f"{self.spec}: could not load the model/tokenizer from {self.path}: {e}") from None
-        self.model.to(self.device).eval()
         if not self.tokenizer.chat_template:
             raise LLMError(f"{self.spec}: the tokenizer has no chat template (an instruct/chat model is needed).")
 
