@@ -35,7 +35,7 @@ from biocheck.train.stage import train  # noqa: E402
 def run(params: dict, variant: str, seed: int, out: Path, max_steps: int | None) -> dict:
     params = json.loads(json.dumps(params))
     params["reward"]["variant"] = variant
-    overrides = {"seed": seed, "out_dir": str(out)}
+    overrides = {"seed": seed, "out_dir": str(out), "metrics_path": None}  # leave the pipeline's metrics alone
     if max_steps:
         overrides["max_steps"] = max_steps
     t0 = time.perf_counter()

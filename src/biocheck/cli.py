@@ -352,7 +352,7 @@ def check(
         agent = _run(build_agent, agent_cfg, search_cfg)
     except LLMError as e:
         _fail(str(e))
-    meta = {"llm": agent.llm.spec, "llm_fingerprint": agent._fingerprint, "prompt_hash": agent._prompt_hash,
+    meta = {"llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash,
             "search": search_cfg.backend}
     with _maybe_mlflow(mlflow_log, "check", {"agent": _plain(agent_cfg), "search": _plain(search_cfg), **meta}):
         if claims is not None:

@@ -90,8 +90,8 @@ class Agent:
                                      abstract_chars=self.cfg.abstract_chars)
         self.graph = build_graph(llm, tool, self.graph_cfg, self.prompts)
         self.search_backend = search_backend
-        self._fingerprint = llm.fingerprint()
-        self._prompt_hash = prompt_hash()
+        self.llm_fingerprint = llm.fingerprint()
+        self.prompts_hash = prompt_hash()
 
     def initial_messages(self, claim: str) -> list[dict[str, Any]]:
         return [{"role": "system", "content": self.prompts.system()},
@@ -118,8 +118,8 @@ class Agent:
             tool_errors=state.get("tool_errors", []),
             final_text=final_text, report=parsed.report, parse_problems=parsed.problems,
             stop_reason=state.get("stop_reason", ""), searches=state.get("searches", 0),
-            llm_calls=state.get("llm_calls", 0), llm=self.llm.spec, llm_fingerprint=self._fingerprint,
-            prompt_hash=self._prompt_hash, search_backend=self.search_backend,
+            llm_calls=state.get("llm_calls", 0), llm=self.llm.spec, llm_fingerprint=self.llm_fingerprint,
+            prompt_hash=self.prompts_hash, search_backend=self.search_backend,
             config=asdict(self.cfg),
             timing={"total_s": round(total, 4), "llm_s": round(state.get("llm_seconds", 0.0), 4),
                     "search_s": round(state.get("search_seconds", 0.0), 4)},

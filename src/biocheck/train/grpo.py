@@ -49,6 +49,7 @@ class TrainConfig:
     lora: dict[str, Any] | None = None  # e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}
     sft: dict[str, Any] = field(default_factory=dict)  # SFTConfig fields; {enabled: false} in the paper profile
     sample_episodes: int = 4  # rollouts logged to MLflow per logging step
+    metrics_path: Path | None = Path("metrics/train.json")  # null: write no metrics file (benchmarks)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)

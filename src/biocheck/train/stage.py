@@ -118,5 +118,6 @@ def train(params: dict[str, Any], progress: bool = True, **overrides: Any) -> di
              "resumed_from": str(resume) if resume else None,
              "eval_reward_start": evals[0]["eval_reward"] if evals else None,
              "eval_reward_last": evals[-1]["eval_reward"] if evals else None, "sft": sft_stats}
-    write_json_atomic(Path("metrics/train.json"), {k: v for k, v in stats.items() if k not in ("sft", "resumed_from")})
+    if cfg.metrics_path:
+        write_json_atomic(cfg.metrics_path, {k: v for k, v in stats.items() if k not in ("sft", "resumed_from")})
     return stats
