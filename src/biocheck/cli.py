@@ -15,7 +15,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from biocheck import __version__
-from biocheck.config import load_params
+from biocheck.config import load_params, plain
 
 app = typer.Typer(
     help="BioCheck: fact-check biomedical claims with an LLM search agent trained by EG-GRPO.\n\n"
@@ -354,7 +354,7 @@ def check(
         _fail(str(e))
     meta = {"llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash,
             "search": search_cfg.backend}
-    with _maybe_mlflow(mlflow_log, "check", {"agent": _plain(agent_cfg), "search": _plain(search_cfg), **meta}):
+    with _maybe_mlflow(mlflow_log, "check", {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta}):
         if claims is not None:
             summary = run_batch(agent, _run(load_claims, claims), out, workers=agent_cfg.workers,
                                 progress=sys.stderr.isatty())
@@ -383,12 +383,6 @@ def _render(episode, fmt: str, meta: dict) -> str:
     if episode.parse_problems:
         text += "\n\n> Parse problems: " + "; ".join(episode.parse_problems)
     return text if text.strip() else format_report(episode.report)
-
-
-def _plain(cfg) -> dict:
-    from dataclasses import asdict
-
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
 
 
 def _maybe_mlflow(enabled: bool, stage: str, params: dict):

@@ -18,6 +18,11 @@ DEFAULT_PARAMS = Path("params.yaml")
 T = TypeVar("T")
 
 
+def plain(cfg: Any) -> dict[str, Any]:
+    """A config dataclass as plain data (paths as strings): for MLflow params, manifests and run keys."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+
+
 def load_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():

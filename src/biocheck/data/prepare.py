@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from biocheck.config import plain
 from biocheck.data.fetch import MANIFEST as RAW_MANIFEST
 from biocheck.data.schema import SPLITS, ClaimRecord, CorpusDoc
 from biocheck.data.sources import (
@@ -133,7 +134,7 @@ def write(p: Prepared, cfg: PrepareConfig, inputs: dict) -> dict:
             for split, recs in splits.items():
                 dump_jsonl(tmp / ds / f"{split}.jsonl", recs)
         dump_jsonl(tmp / "corpus.jsonl", p.corpus)
-        cfg_dict = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+        cfg_dict = plain(cfg)
         (tmp / "manifest.json").write_text(json.dumps({"config": cfg_dict, "inputs": inputs, "stats": st},
                                                       indent=2) + "\n", encoding="utf-8")
     if cfg.metrics_path:

@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from biocheck import tracking
-from biocheck.config import DEFAULT_PARAMS, fetch_config, load_params, prepare_config, validate_config
+from biocheck.config import DEFAULT_PARAMS, fetch_config, load_params, plain, prepare_config, validate_config
 from biocheck.data.fetch import fetch
 from biocheck.data.prepare import prepare
 from biocheck.data.validate import ValidationResult, validate
 
 log = logging.getLogger(__name__)
-
-
-def _plain(cfg) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
 
 
 def fetch_stage(params_path: Path | str = DEFAULT_PARAMS, **overrides: Any) -> dict:
@@ -33,7 +28,7 @@ def prepare_stage(params_path: Path | str = DEFAULT_PARAMS, **overrides: Any) ->
     params = load_params(params_path)
     cfg = prepare_config(params, **overrides)
     stats = prepare(cfg)
-    with tracking.run("prepare", params={"profile": params.get("profile"), "data": _plain(cfg)}):
+    with tracking.run("prepare", params={"profile": params.get("profile"), "data": plain(cfg)}):
         tracking.log_metrics(stats)
     return stats
 
@@ -42,7 +37,7 @@ def validate_stage(params_path: Path | str = DEFAULT_PARAMS, **overrides: Any) -
     params = load_params(params_path)
     cfg = validate_config(params, **overrides)
     result = validate(cfg)
-    with tracking.run("validate", params={"profile": params.get("profile"), "validate": _plain(cfg)},
+    with tracking.run("validate", params={"profile": params.get("profile"), "validate": plain(cfg)},
                       tags={"success": str(result.success)}):
         tracking.log_metrics({"checks": len(result.checks), "failed": len(result.failures),
                               "success": int(result.success)}, prefix="validation")

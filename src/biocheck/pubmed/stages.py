@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from biocheck import tracking
-from biocheck.config import DEFAULT_PARAMS, evidence_config, load_params
+from biocheck.config import DEFAULT_PARAMS, evidence_config, load_params, plain
 from biocheck.pubmed.build import build_evidence
 
 
@@ -15,7 +14,6 @@ def evidence_stage(params_path: Path | str = DEFAULT_PARAMS, **overrides: Any) -
     params = load_params(params_path)
     cfg = evidence_config(params, **overrides)
     stats = build_evidence(cfg)
-    plain = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
-    with tracking.run("evidence", params={"profile": params.get("profile"), "evidence": plain}):
+    with tracking.run("evidence", params={"profile": params.get("profile"), "evidence": plain(cfg)}):
         tracking.log_metrics(stats)
     return stats

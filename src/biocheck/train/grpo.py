@@ -9,7 +9,6 @@ policy sees in training equals what `biocheck check` renders.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -137,8 +136,4 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
                                peft_config=peft_config, callbacks=callbacks or [])
 
 
-def plain(cfg) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
-
-
-__all__ = ["TrainConfig", "make_trainer", "prepare_out_dir", "latest_checkpoint", "fingerprint_inputs", "plain"]
+__all__ = ["TrainConfig", "make_trainer", "prepare_out_dir", "latest_checkpoint", "fingerprint_inputs"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -14,12 +13,6 @@ from biocheck.io import write_json_atomic
 log = logging.getLogger(__name__)
 
 SFT_DIR = "sft"
-
-
-def _file_sha(path: Path) -> str:
-    h = hashlib.sha256()
-    h.update(path.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def build_components(params: dict[str, Any], **overrides: Any) -> dict[str, Any]:
@@ -50,7 +43,9 @@ def make_bank(c: dict[str, Any]):
 def train(params: dict[str, Any], progress: bool = True, **overrides: Any) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from biocheck.agent.llm.transformers_backend import model_fingerprint
     from biocheck.agent.prompts import prompt_hash
+    from biocheck.config import plain
     from biocheck.data.prepare import load_corpus, load_split
     from biocheck.io import atomic_dir
     from biocheck.pubmed.search import search_tool
@@ -58,7 +53,7 @@ def train(params: dict[str, Any], progress: bool = True, **overrides: Any) -> di
     from biocheck.train.data import prompt_messages, to_dataset
     from biocheck.train.demos import demonstration
     from biocheck.train.env import SearchEnv, env_factory
-    from biocheck.train.grpo import fingerprint_inputs, make_trainer, plain, prepare_out_dir
+    from biocheck.train.grpo import fingerprint_inputs, make_trainer, prepare_out_dir
     from biocheck.train.sft import SFTConfig, train_sft
 
     c = build_components(params, **overrides)
@@ -68,8 +63,7 @@ def train(params: dict[str, Any], progress: bool = True, **overrides: Any) -> di
     val_recs = load_split("scifact", "val", c["prepared"])
     run_key = fingerprint_inputs({
         "train": plain(cfg), "agent": plain(agent_cfg), "search": plain(c["search"]), "reward": plain(c["reward"]),
-        "judge": c["judge_spec"], "prompts": prompt_hash(), "base": _file_sha(base / "config.json"),
-        "weights": _file_sha(base / "model.safetensors") if (base / "model.safetensors").exists() else None,
+        "judge": c["judge_spec"], "prompts": prompt_hash(), "base": model_fingerprint(base),
         "train_ids": [r.id for r in train_recs], "val_ids": [r.id for r in val_recs]})
     resume = prepare_out_dir(cfg.out_dir, run_key)
     tool = search_tool(c["search"])
