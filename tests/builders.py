@@ -99,3 +99,61 @@ def write_raw(root: Path, **scifact) -> Path:
     (root / "healthfc").mkdir(parents=True, exist_ok=True)
     (root / "healthfc" / "Datensatz.csv").write_bytes(csv_bytes(healthfc_rows()))
     return root
+
+
+# --- a synthetic release with the official row counts ------------------------------------------------
+# Made-up claims in the release formats, sized like the real release so that prepare + validate run
+# with the default row counts and the real params.yaml, without the real data.
+
+def official_sizes(readme: Path | None = None) -> dict[str, int]:
+    """The release sizes the README documents: SciFact train / dev claims and HealthFC rows."""
+    import re
+
+    text = (readme or Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    patterns = {"scifact_train": r"SciFact train \((\d+) claims", "scifact_dev": r"SciFact dev \((\d+) claims",
+                "healthfc": r"HealthFC \((\d+) claims"}
+    sizes = {}
+    for key, pattern in patterns.items():
+        m = re.search(pattern, text)
+        assert m, f"README.md no longer documents the release size /{pattern}/"
+        sizes[key] = int(m.group(1))
+    return sizes
+
+
+TOPICS = ["vitamin D", "statins", "aspirin", "aerobic exercise", "coffee", "fish oil", "zinc", "green tea"]
+OUTCOMES = ["fracture risk", "memory decline", "cardiovascular mortality", "depressive symptoms",
+            "atrial fibrillation", "heart disease", "cold duration", "body weight"]
+
+
+def synthetic_corpus(n_docs: int = 16) -> list[dict]:
+    return [{"doc_id": 7000 + k, "title": f"{TOPICS[k % 8].capitalize()} and {OUTCOMES[k % 8]} (study {k})",
+             "abstract": [f"In a cohort of {100 + k} adults, {TOPICS[k % 8]} was associated with {OUTCOMES[k % 8]}.",
+                          f"The association held after adjustment (study {k})."],
+             "structured": k % 3 == 0} for k in range(n_docs)]
+
+
+def synthetic_claims(n: int, first_id: int, corpus: list[dict]) -> list[dict]:
+    """n SciFact claims with ids first_id.. and labels cycling SUPPORT / CONTRADICT / no evidence."""
+    rows = []
+    for i in range(n):
+        cid, doc = first_id + i, corpus[i % len(corpus)]["doc_id"]
+        label = ("SUPPORT", "CONTRADICT", None)[i % 3]
+        rows.append(claim(cid, f"Claim {cid}: {TOPICS[i % 8]} changes {OUTCOMES[(i // 8) % 8]} in adults.",
+                          label, doc))
+    return rows
+
+
+def synthetic_healthfc(n: int) -> list[dict]:
+    base = healthfc_rows()[0]
+    return [{**base, "en_claim": f"Question {i}: does {TOPICS[i % 8]} help against {OUTCOMES[(i // 8) % 8]}?",
+             "label": str(i % 3), "url": f"https://example.org/hfc/{i}"} for i in range(n)]
+
+
+def write_release(root: Path, scifact_train: int, scifact_dev: int, healthfc: int, n_docs: int = 16) -> Path:
+    """A raw folder (or mirror) like write_raw, with the given numbers of claims per file."""
+    corpus = synthetic_corpus(n_docs)
+    write_scifact_tar(root / "scifact" / "data.tar.gz", train=synthetic_claims(scifact_train, 0, corpus),
+                      dev=synthetic_claims(scifact_dev, 100_000, corpus), corpus=corpus)
+    (root / "healthfc").mkdir(parents=True, exist_ok=True)
+    (root / "healthfc" / "Datensatz.csv").write_bytes(csv_bytes(synthetic_healthfc(healthfc)))
+    return root

@@ -1,6 +1,13 @@
-"""The DVC pipeline's data and evidence stages on the real data: they run, a second `dvc repro` does
-nothing, and a data param change reruns only what depends on it. (Training is exercised end to end
-on a small run in test_train.py; the full quickstart `dvc repro` is too long for the test suite.)"""
+"""The DVC pipeline's wiring.
+
+- dvc.yaml against the code: every stage command is a real `biocheck` command, its params sections
+  exist, its deps exist or come from an earlier stage, and the paths each stage's config reads and
+  writes are the ones DVC tracks.
+- `dvc repro evidence` (fetch -> prepare -> validate -> evidence) on a synthetic mirror sized like the
+  official release (so the real params.yaml validates unchanged), and on the real data when
+  BIOCHECK_DATA_MIRROR is set: each stage runs, a second repro does nothing, and a data param change
+  reruns only what depends on it. (Training is exercised end to end in test_train.py.)
+"""
 
 from __future__ import annotations
 
@@ -13,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from tests.builders import official_sizes, synthetic_corpus, write_release
 from tests.conftest import REPO
-
-pytestmark = pytest.mark.slow
 
 
 def _copy_repo(dest: Path) -> None:
@@ -35,30 +42,128 @@ def _dvc(work: Path, env: dict, *args: str) -> str:
     return p.stdout + p.stderr
 
 
-def test_dvc_repro_runs_once_and_reruns_only_what_changed(real_mirror, tmp_path):
+def _workspace(tmp_path: Path, mirror: Path) -> tuple[Path, dict]:
+    """A copy of the repo's tracked files (no metrics/reports) as a fresh git repo, and its environment."""
     work = tmp_path / "repo"
     _copy_repo(work)
     for metric in ("metrics", "reports"):
         shutil.rmtree(work / metric, ignore_errors=True)
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "BIOCHECK_DATA_MIRROR": str(real_mirror), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"}
+           "BIOCHECK_DATA_MIRROR": str(mirror), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}",
+           "DVC_NO_ANALYTICS": "1"}
+    return work, env
+
+
+def _metric(work: Path, name: str) -> dict:
+    return json.loads((work / "metrics" / f"{name}.json").read_text())
+
+
+def _repro_twice_then_change_subset(work: Path, env: dict, corpus_docs: int) -> None:
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    subset = params["data"]["subset"]["train"]
 
     out = _dvc(work, env, "repro", "evidence")
     for stage in ("fetch", "prepare", "validate", "evidence"):
         assert f"Running stage '{stage}'" in out
-    assert json.loads((work / "metrics" / "evidence.json").read_text())["index"]["docs"] == 5183
-    assert json.loads((work / "metrics" / "validation.json").read_text())["success"] is True
-    assert json.loads((work / "metrics" / "data.json").read_text())["working"]["scifact"]["train"]["total"] == 64
+    assert _metric(work, "evidence")["index"]["docs"] == corpus_docs
+    assert _metric(work, "validation")["success"] is True and _metric(work, "validation")["failed"] == 0
+    assert _metric(work, "data")["working"]["scifact"]["train"]["total"] == subset
 
     out = _dvc(work, env, "repro", "evidence")
     assert "Running stage" not in out and "up to date" in out
 
-    params = yaml.safe_load((work / "params.yaml").read_text())
-    params["data"]["subset"]["train"] = 40
+    params["data"]["subset"]["train"] = subset - 24
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     out = _dvc(work, env, "repro", "evidence")
     assert "Stage 'fetch' didn't change, skipping" in out
     assert "Running stage 'prepare'" in out and "Running stage 'validate'" in out
     assert "Running stage 'evidence'" not in out  # same corpus, validation still passing
-    assert json.loads((work / "metrics" / "data.json").read_text())["working"]["scifact"]["train"]["total"] == 40
+    assert _metric(work, "data")["working"]["scifact"]["train"]["total"] == subset - 24
+
+
+@pytest.mark.slow  # about a minute: three `dvc repro` runs, each stage a fresh `biocheck` process
+def test_dvc_repro_on_a_synthetic_release(tmp_path):
+    sizes = official_sizes()
+    work, env = _workspace(tmp_path, write_release(tmp_path / "mirror", **sizes))
+    _repro_twice_then_change_subset(work, env, corpus_docs=len(synthetic_corpus()))
+    full = _metric(work, "data")["full"]  # counts of the synthetic release, through fetch and prepare
+    assert full["scifact"]["train"]["total"] + full["scifact"]["val"]["total"] == sizes["scifact_train"]
+    assert full["scifact"]["test"]["total"] == sizes["scifact_dev"]
+    assert full["healthfc"]["test"]["total"] == sizes["healthfc"]
+    assert (work / "data" / "raw" / "scifact" / "data.tar.gz").read_bytes() == \
+        (tmp_path / "mirror" / "scifact" / "data.tar.gz").read_bytes()
+
+
+@pytest.mark.slow
+def test_dvc_repro_on_the_real_data(real_mirror, tmp_path):
+    work, env = _workspace(tmp_path, real_mirror)
+    _repro_twice_then_change_subset(work, env, corpus_docs=5183)
+
+
+# --- dvc.yaml against the code ---------------------------------------------------------------------
+
+def _paths(entries: list | None) -> list[str]:
+    """dvc.yaml deps/outs/metrics entries (a path, or {path: options}) as paths."""
+    return [e if isinstance(e, str) else next(iter(e)) for e in entries or []]
+
+
+def _covers(declared: list[str], path: Path | str) -> bool:
+    p = Path(path)
+    return any(p == Path(d) or Path(d) in p.parents for d in declared)
+
+
+# The params.yaml sections each stage's command reads (biocheck.config builds its Config from them).
+SECTIONS = {"fetch": ["fetch"], "prepare": ["data"], "validate": ["validate"], "evidence": ["evidence"],
+            "model": ["model"], "train": ["train", "reward", "agent", "search"], "select": ["select"]}
+
+
+def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
+    """stage -> (paths its config reads, paths it writes), from params.yaml through biocheck.config."""
+    from biocheck import config as c
+
+    fetch, prep, val = c.fetch_config(params), c.prepare_config(params), c.validate_config(params)
+    ev, model, train, sel = c.evidence_config(params), c.model_config(params), c.train_config(params), \
+        c.select_config(params)
+    return {
+        "fetch": ([], [fetch.raw_dir]),
+        "prepare": ([prep.raw_dir], [prep.out_dir, prep.metrics_path]),
+        "validate": ([val.prepared_dir], [val.report_path, val.metrics_path]),
+        "evidence": ([ev.corpus], [ev.index_dir, ev.store, ev.metrics_path]),
+        "model": ([model.corpus], [model.out_dir, model.metrics_path]),
+        "train": ([model.out_dir, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"],
+                  [train.out_dir, train.metrics_path]),
+        "select": ([sel.checkpoints], [sel.out_dir, sel.metrics_path, sel.curve_path]),
+    }
+
+
+def test_dvc_stages_match_the_cli_params_and_configs():
+    from biocheck.cli import app
+
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    io = _stage_io(params)
+    assert sorted(stages) == sorted(io)
+    produced: list[str] = []
+    for name, stage in stages.items():
+        words = stage["cmd"].split()
+        assert words[0] == "biocheck", name
+        result = CliRunner().invoke(app, [*words[1:], "--help"], prog_name="biocheck")
+        assert result.exit_code == 0, f"{name}: `{stage['cmd']}` is not a valid command:\n{result.output}"
+        assert set(SECTIONS[name]) <= set(stage.get("params") or []), f"{name}: a params change must rerun it"
+        for key in stage.get("params") or []:
+            node = params
+            for part in key.split("."):
+                assert isinstance(node, dict) and part in node, f"{name}: params.yaml has no '{key}'"
+                node = node[part]
+        deps = _paths(stage.get("deps"))
+        for dep in deps:
+            assert (REPO / dep).exists() or _covers(produced, dep), f"{name}: dep {dep} is neither in the repo " \
+                "nor an output of an earlier stage"
+        outs = _paths(stage.get("outs")) + _paths(stage.get("metrics")) + _paths(stage.get("plots"))
+        reads, writes = io[name]
+        for path in reads:
+            assert _covers(deps, path), f"{name} reads {path}, which is not among its deps {deps}"
+        for path in writes:
+            assert str(path) in outs, f"{name} writes {path}, which is not among its outs {outs}"
+        produced += outs

@@ -88,11 +88,16 @@ class ValidationResult:
 
 def _fmt_example(e: dict) -> str:
     value = e.get("value")
-    if isinstance(value, float) and math.isnan(value):  # pandas shows a missing value as NaN
-        value = None
     if isinstance(value, str) and len(value) > 60:
         value = value[:57] + "..."
     return f"id {e.get('id')!s} -> {value!r}" if "id" in e else repr(value)
+
+
+def _plain_value(value: Any) -> Any:
+    """A dataframe cell as plain JSON data: NaN (pandas' missing value) -> None, numpy scalar -> Python."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
 
 
 # --- building the tables ---------------------------------------------------------------------------
@@ -122,9 +127,10 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
     if not d.is_dir():
         raise InputError(f"{d}: no prepared data. Run `biocheck data prepare` first.")
     corpus = read_jsonl(d / "corpus.jsonl")
-    corpus_df = pd.DataFrame([{"id": str(c.get("id")), "title": c.get("title"),
+    # A missing id stays missing (not the string "None") so the not-null rule sees it.
+    corpus_df = pd.DataFrame([{"id": None if c.get("id") is None else str(c["id"]), "title": c.get("title"),
                                "n_sentences": len(c.get("abstract") or [])} for c in corpus])
-    corpus_ids = sorted(corpus_df["id"].unique().tolist())
+    corpus_ids = sorted(corpus_df["id"].dropna().unique().tolist())
     tables = [Table("corpus", "scifact", corpus_df, [
         gxe.ExpectColumnValuesToNotBeNull(column="id"),
         gxe.ExpectColumnValuesToBeUnique(column="id"),
@@ -165,7 +171,8 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
         work = _claims_frame(work_rows)
         if len(work):
             work["split_id"] = work["file_split"].astype(str) + ":" + work["id"].astype(str)
-            full_keys = sorted((full["split"].astype(str) + ":" + full["id"].astype(str)).tolist()) \
+            # dropna: a row without id/split is reported by the not-null rules, not a TypeError here.
+            full_keys = sorted((full["split"].astype(str) + ":" + full["id"].astype(str)).dropna().tolist()) \
                 if {"id", "split"} <= set(full.columns) else []
             tables.append(Table(f"{ds}/working", ds, work, claim_rules + [
                 gxe.ExpectColumnValuesToBeUnique(column="id"),
@@ -199,12 +206,11 @@ def _check_from_result(table: Table, r, cfg: ValidateConfig) -> dict[str, Any]:
             col = check["column"]
             seen = []
             for item in res.get("unexpected_index_list") or []:
-                value = item.get(col)
-                e = {"id": item.get("id"), "value": None if isinstance(value, float) and math.isnan(value) else value}
+                e = {"id": _plain_value(item.get("id")), "value": _plain_value(item.get(col))}
                 if e not in seen:
                     seen.append(e)
             if not seen:
-                seen = [{"value": v} for v in (res.get("partial_unexpected_list") or [])]
+                seen = [{"value": _plain_value(v)} for v in (res.get("partial_unexpected_list") or [])]
             check["examples"] = seen[: cfg.max_examples]
     elif "observed_value" in res:
         check["observed"] = res["observed_value"]
