@@ -7,6 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from biocheck.agent.episode import Episode
+from biocheck.agent.render import render_html, render_json, render_markdown
+from biocheck.agent.report import ParsedReport
 from biocheck.cli import app
 from tests.test_agent import REPORT, search
 
@@ -40,9 +43,38 @@ def test_html_is_escaped(workdir):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.stdout
 
 
-def test_markdown_is_the_default(workdir):
+def _expected(fmt: str, episode: Episode) -> str:
+    """What `check --format fmt` must print for this episode, written with the renderers directly."""
+    parsed = ParsedReport(report=episode.report, problems=episode.parse_problems)
+    meta = {"llm": episode.llm, "llm_fingerprint": episode.llm_fingerprint, "prompt_hash": episode.prompt_hash,
+            "search": episode.search_backend}
+    return {"md": lambda: render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim),
+            "json": lambda: render_json(parsed),
+            "html": lambda: render_html(episode.report, episode.ledger, episode.claim, problems=[], meta=meta)}[fmt]()
+
+
+@pytest.mark.parametrize("fmt", [None, "md", "json", "html"])
+def test_each_format_prints_its_renderer_output_and_markdown_is_the_default(workdir, fmt):
+    args = ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json", "--trace", "t.json"]
+    r = runner.invoke(app, args + (["--format", fmt] if fmt else []))
+    assert r.exit_code == 0, r.output
+    episode = Episode.model_validate_json((workdir / "t.json").read_text())
+    assert episode.parse_problems == [] and episode.search_backend == "local"
+    assert r.stdout == _expected(fmt or "md", episode) + "\n"  # echo adds one newline
+
+
+def test_the_default_markdown_is_the_report_not_json_or_html(workdir):
     r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json"])
-    assert r.exit_code == 0 and "SUPPORTED" in r.stdout and "101" in r.stdout
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[:3] == ["# BioCheck report", "", "**Claim:** Vitamin D prevents fractures."]
+    assert [x for x in lines if x.startswith("## ")] == [
+        "## Supporting evidence", "## Refuting evidence", "## Summary", "## Conclusion", "## Sources"]
+    assert lines[lines.index("## Conclusion") + 1] == "SUPPORTED"
+    assert "- Supporting 1: ID 101: Vitamin D and fracture risk [corpus:scifact] (quote found in the abstract)" in lines
+    assert "<html" not in r.stdout.lower()
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(r.stdout)
 
 
 def test_batch_writes_traces_and_resumes(workdir):

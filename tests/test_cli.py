@@ -101,13 +101,53 @@ def test_params_is_the_quickstart_profile_and_profiles_share_keys():
     assert paper["data"]["subset"] == {"train": None, "val": None, "test": None}
 
 
+def _plain(value):
+    """A config value as YAML would hold it: dataclasses as dicts, paths as strings, enums as values."""
+    import dataclasses
+    import enum
+
+    if dataclasses.is_dataclass(value):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, Path | enum.Enum):
+        return value.value if isinstance(value, enum.Enum) else str(value)
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 @pytest.mark.parametrize("profile", ["quickstart", "paper"])
 def test_every_stage_config_builds_from_each_profile(profile):
     from biocheck import config as c
 
     p = c.load_params(REPO / "profiles" / f"{profile}.yaml")
-    built = [c.fetch_config(p), c.prepare_config(p), c.validate_config(p), c.evidence_config(p), c.search_config(p),
-             c.model_config(p), c.agent_config(p), c.train_config(p), c.reward_config(p)[0], c.select_config(p)]
-    assert all(b is not None for b in built)
-    assert c.search_config(p).index_dir == c.evidence_config(p).index_dir  # one key, one path
+    reward, judge, judge_cache = c.reward_config(p)
+    built = {"fetch": c.fetch_config(p), "data": c.prepare_config(p), "validate": c.validate_config(p),
+             "evidence": c.evidence_config(p), "search": c.search_config(p), "model": c.model_config(p),
+             "agent": c.agent_config(p), "train": c.train_config(p), "reward": reward, "select": c.select_config(p)}
+    # every value the profile sets reaches its stage's config unchanged (nothing dropped or defaulted)
+    for name, cfg in built.items():
+        for key, value in p[name].items():
+            if name == "reward" and key in c.JUDGE_KEYS:
+                continue
+            assert _plain(getattr(cfg, key)) == value, f"{profile}: {name}.{key}"
+    assert (judge, judge_cache) == (p["reward"]["judge"], p["reward"]["judge_cache"])
+
+
+@pytest.mark.parametrize("profile", ["quickstart", "paper"])
+def test_paths_shared_between_stages_come_from_one_key(profile):
+    from biocheck import config as c
+
+    p = c.load_params(REPO / "profiles" / f"{profile}.yaml")
+    # move every shared path away from its default, so that a stage reading its own default shows
+    for section, key in [("data", "raw_dir"), ("data", "out_dir"), ("evidence", "index_dir"), ("evidence", "store"),
+                         ("train", "out_dir")]:
+        p[section][key] = f"elsewhere/{section}_{key}"
+    search, evidence = c.search_config(p), c.evidence_config(p)
+    assert (str(search.index_dir), str(search.store)) == (p["evidence"]["index_dir"], p["evidence"]["store"])
+    assert str(c.fetch_config(p).raw_dir) == p["data"]["raw_dir"]
     assert str(c.validate_config(p).prepared_dir) == p["data"]["out_dir"]
+    corpus = str(Path(p["data"]["out_dir"]) / "corpus.jsonl")
+    assert str(evidence.corpus) == corpus and str(c.model_config(p).corpus) == corpus
+    assert str(c.select_config(p).checkpoints) == p["train"]["out_dir"]

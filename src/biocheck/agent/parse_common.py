@@ -43,10 +43,15 @@ FIELD_LABEL = re.compile(
     r"|(?P<l2>[A-Za-z][A-Za-z &/()'-]{0,40}?)\s*[:=])[ \t]*"
 )
 
+# A label word is negated by a cue right before it, or one filler word after the cue ("cannot be
+# supported", "not fully supported", "no study refutes"), by "lacks"/"fails to", or by a prefix.
+_NEG_CUE = r"\b(?:not|no|neither|nor|never|cannot|\w+n['’]t)[\s_-]+"
+_NEG_FILLER = r"(?:(?:\w+ly|well|be|been|being|yet|any|evidence|data|study|studies|trials?)[\s_-]+)?"
+_NEG_VERB = r"\b(?:lack(?:s|ed|ing)?|fail(?:s|ed)?[\s_-]+to)[\s_-]+"
 _LABELS = re.compile(
     r"(?P<nei>\bnot[\s_-]+enough[\s_-]+(?:info(?:rmation)?|evidence|data)\b|\bNEI\b"
     r"|\binsufficient[\s_-]+(?:evidence|information|data)\b)"
-    r"|(?:(?P<neg>\b(?:not|neither|nor|never|\w+n['’]t)[\s_-]+|\bun-?)|\b)"
+    rf"|(?:(?P<neg>{_NEG_CUE}{_NEG_FILLER}|{_NEG_VERB}|\b(?:un|non)-?)|\b)"
     r"(?P<word>support(?:ed|s)?|refut(?:ed|es|e)?)\b",
     re.I,
 )
