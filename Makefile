@@ -15,7 +15,7 @@ export GX_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: quickstart test setup clean-venv
+.PHONY: quickstart test setup clean-venv mutation
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,11 @@ quickstart: setup
 
 test: setup
 	pytest $(PYTEST_ARGS)
+
+# Mutation testing of the modules that decide correctness (not in CI: about an hour on 2 cores).
+# Results: the per-module table printed at the end, bench/results/mutation.json, bench/results/mutation_survivors.md.
+mutation: setup
+	python bench/mutation.py run --json bench/results/mutation.json --survivors bench/results/mutation_survivors.md
 
 clean-venv:
 	rm -rf $(VENV)
