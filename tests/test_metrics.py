@@ -57,15 +57,23 @@ def test_equal_to_sklearn_on_random_labels(seed):
     assert sum(sum(row.values()) for row in ours["confusion"].values()) == n
 
 
+def f1(p: float, r: float) -> float:
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
 def test_hand_computed_three_way():
     gold = [S, S, S, R, R, N]
     pred = [S, R, None, R, S, N]
     m = classification_metrics(gold, pred, LABEL_SETS["3way"])
     assert m["accuracy"] == pytest.approx(3 / 6)
-    # S: P = 1/2, R = 1/3, F1 = 0.4; R: P = 1/2, R = 1/2, F1 = 0.5; NEI: P = R = F1 = 1
-    assert m["per_label"][S] == pytest.approx({"precision": 0.5, "recall": 1 / 3, "f1": 0.4, "support": 3})
-    assert m["macro_f1"] == pytest.approx((0.4 + 0.5 + 1.0) / 3)
-    assert m["macro_precision"] == pytest.approx((0.5 + 0.5 + 1.0) / 3)
+    # S: 1 of 2 S-predictions right, 1 of 3 S-claims found; R: 1 of 2, 1 of 2; NEI: 1 of 1, 1 of 1
+    p = {S: 1 / 2, R: 1 / 2, N: 1 / 1}
+    r = {S: 1 / 3, R: 1 / 2, N: 1 / 1}
+    assert m["per_label"][S] == pytest.approx({"precision": p[S], "recall": r[S], "f1": f1(p[S], r[S]), "support": 3})
+    assert m["per_label"][R] == pytest.approx({"precision": p[R], "recall": r[R], "f1": f1(p[R], r[R]), "support": 2})
+    assert m["macro_f1"] == pytest.approx(sum(f1(p[k], r[k]) for k in (S, R, N)) / 3)
+    assert m["macro_precision"] == pytest.approx(sum(p.values()) / 3)
+    assert m["macro_recall"] == pytest.approx(sum(r.values()) / 3)
     assert m["confusion"][S] == {S: 1, R: 1, N: 0, OTHER: 1}
 
 
@@ -97,8 +105,15 @@ def test_bootstrap_equals_a_naive_resampling_loop():
 
 
 def test_bootstrap_mean_ci():
-    lo, hi = bootstrap_mean_ci([0.0, 1.0] * 50, n_resamples=500, seed=1)
-    assert 0.35 < lo < 0.5 < hi < 0.65
+    values = [0.0, 1.0] * 50
+    lo, hi = bootstrap_mean_ci(values, n_resamples=500, seed=1)
+    # the percentile bootstrap written out: 500 resamples with replacement from default_rng(seed)
+    idx = np.random.default_rng(1).integers(0, len(values), size=(500, len(values)))
+    means = [sum(values[i] for i in row) / len(values) for row in idx]
+    assert (lo, hi) == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])), rel=0, abs=1e-12)
+    assert lo < 0.5 < hi
+    assert bootstrap_mean_ci(values, n_resamples=500, seed=1, level=0.5) == pytest.approx(
+        tuple(np.percentile(means, [25.0, 75.0])), rel=0, abs=1e-12)
     assert bootstrap_mean_ci([]) is None and bootstrap_mean_ci([2.0, 2.0]) == (2.0, 2.0)
 
 
@@ -131,7 +146,8 @@ def test_aggregate_is_small_json_of_finite_numbers():
     bs = [_b(S, S, [0.7], [False], total=2.0), _b(R, S, [0.1], [True], total=-1.0), _b(N, N, total=1.0),
           _b(None, R, total=0.5)]
     out = aggregate([("episode", b) for b in bs[:2]] + bs[2:], n_resamples=100)
-    assert out["n"] == 4 and out["reward"]["total"] == pytest.approx(0.625)
+    assert out["n"] == 4 and out["reward"]["total"] == pytest.approx(sum(b.total for b in bs) / 4)
+    assert out["reward"]["outcome"] == pytest.approx((1 + 0 + 1 + 0) / 4)  # S/S and N/N right; no gold: 0
     assert out["3way"]["n"] == 3 and out["3way"]["accuracy"] == pytest.approx(2 / 3)
     assert out["2way"]["n"] == 2 and out["2way"]["accuracy"] == 0.5
     assert out["3way"]["accuracy_lo"] <= out["3way"]["accuracy"] <= out["3way"]["accuracy_hi"]

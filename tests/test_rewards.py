@@ -71,6 +71,24 @@ def view(text: str, gold="SUPPORTED", queries=()) -> EpisodeView:
     return EpisodeView(claim=CLAIM, gold=gold, queries=list(queries), ledger=dict(LEDGER), final_text=text)
 
 
+# The formulas of docs/rewards.md, written out here so that every expected value is derived from its inputs.
+def expected_evidence(counted: list[float], alpha: float = 1.0) -> float:
+    """R_evidence = 1 - exp(-alpha * S), S = the sum of s over the counted entries."""
+    return 1.0 - math.exp(-alpha * sum(counted))
+
+
+def expected_total(outcome: float, search: float, evidence: float, hallucination: float,
+                   cfg: RewardConfig | None = None) -> float:
+    """eg_grpo: R_outcome + beta1 * R_search + beta2 * R_evidence - beta3 * R_hallucination."""
+    cfg = cfg or RewardConfig()
+    return outcome + cfg.beta1 * search + cfg.beta2 * evidence - cfg.beta3 * hallucination
+
+
+S101 = JUDGE_TABLE["101"]["SUPPORTED"]  # the supporting paper's s
+S103_REF = JUDGE_TABLE["103"]["REFUTED"]  # the refuting paper's s on the refuting side
+S103_SUP = JUDGE_TABLE["103"]["SUPPORTED"]  # ... and on the supporting side (below the threshold)
+
+
 # ----------------------------------------------------------------------------------------- grounding
 
 
@@ -152,8 +170,13 @@ def test_r_outcome_rules():
 def test_r_evidence_threshold_and_saturation():
     assert r_evidence([]) == 0.0
     assert r_evidence([0.5, 0.5]) == 0.0  # exactly at the threshold: not counted
-    assert r_evidence([0.8]) == pytest.approx(0.5506710358827784)  # 1 - e^-0.8
-    assert r_evidence([0.8, 0.9], alpha=2.0) == pytest.approx(0.9666267300396128)  # 1 - e^-3.4
+    assert r_evidence([0.8]) == pytest.approx(expected_evidence([0.8]))
+    assert r_evidence([0.8, 0.9], alpha=2.0) == pytest.approx(expected_evidence([0.8, 0.9], alpha=2.0))
+    assert r_evidence([0.8, 0.3, 0.5], alpha=1.5) == pytest.approx(expected_evidence([0.8], alpha=1.5))  # > 0.5 only
+    assert r_evidence([0.7, 0.9], threshold=0.75) == pytest.approx(expected_evidence([0.9]))
+    assert r_evidence([0.4], threshold=0.0) == pytest.approx(expected_evidence([0.4]))
+    # broken numbers are cleaned first: NaN -> 0, above 1 -> 1, negative -> 0
+    assert r_evidence([float("nan"), 7.0, -2.0]) == pytest.approx(expected_evidence([1.0]))
     assert 0.999 < r_evidence([0.9] * 100) <= 1.0  # saturates; rounds to 1.0 at most, never above
 
 
@@ -170,15 +193,14 @@ def test_full_trace_hand_computed():
     assert judge.calls == [[(CLAIM, "101")]]  # hallucinated entries are never sent to the judge
     assert b.outcome == 1.0
     assert b.search == 0.5  # 2 of 4 executed queries are advanced
-    assert b.evidence == pytest.approx(0.5506710358827784)  # 1 - e^-0.8
+    assert b.evidence == pytest.approx(expected_evidence([S101]))  # only the grounded entry counts
     assert b.hallucination == b.ehr == pytest.approx(2 / 3)
-    assert b.eqs == pytest.approx(0.8 / 3)  # (0.8 + 0 + 0) / 3
-    # 1 + 0.5 * 0.5 + 1.0 * 0.5506710358827784 - 1.0 * 2/3
-    assert b.total == pytest.approx(1.1340043692161118)
+    assert b.eqs == pytest.approx((S101 + 0 + 0) / 3)  # hallucinated entries count 0
+    assert b.total == pytest.approx(expected_total(1.0, 2 / 4, expected_evidence([S101]), 2 / 3))
     assert (b.n_cited, b.n_hallucinated, b.n_searches, b.n_advanced) == (3, 2, 4, 2)
     assert b.judge_used and b.conclusion is Label.SUPPORTED and b.gold is Label.SUPPORTED
     assert [(e.side, e.pmid, e.pmid_retrieved, e.strict, e.hallucinated, e.s, e.counted) for e in b.entries] == [
-        ("supporting", "101", True, True, False, 0.8, True),
+        ("supporting", "101", True, True, False, S101, True),
         ("supporting", "999", False, False, True, 0.0, False),
         ("refuting", "103", True, False, True, 0.0, False),
     ]
@@ -189,11 +211,11 @@ def test_both_sides_scored_by_their_own_label():
                   refuting=[("103", "It did not reduce cardiovascular mortality.")],  # s = p(REFUTED) = 0.7
                   conclusion="REFUTED")
     b = score(view(text, "REFUTED", ["aspirin AND mortality"]), RewardConfig(), FixedJudge(JUDGE_TABLE))
-    assert [(e.s, e.counted) for e in b.entries] == [(0.2, False), (0.7, True)]
-    assert b.evidence == pytest.approx(0.5034146962085905)  # 1 - e^-0.7
-    assert b.eqs == pytest.approx(0.45)  # (0.2 + 0.7) / 2
+    assert [(e.s, e.counted) for e in b.entries] == [(S103_SUP, False), (S103_REF, True)]
+    assert b.evidence == pytest.approx(expected_evidence([S103_REF]))
+    assert b.eqs == pytest.approx((S103_SUP + S103_REF) / 2)  # EQS has no threshold
     assert b.ehr == 0.0
-    assert b.total == pytest.approx(1 + 0.5 * 1 + 0.5034146962085905)
+    assert b.total == pytest.approx(expected_total(1.0, 1.0, expected_evidence([S103_REF]), 0.0))
 
 
 def test_s_exactly_at_threshold_is_not_counted():
@@ -201,7 +223,7 @@ def test_s_exactly_at_threshold_is_not_counted():
     at = FixedJudge({"101": {"SUPPORTED": 0.5, "REFUTED": 0.25, "NEI": 0.25}})
     b = score(view(text), RewardConfig(), at)
     assert b.entries[0].s == 0.5 and not b.entries[0].counted and b.evidence == 0.0
-    assert b.eqs == 0.5 and b.total == 1.0  # 1 + 0.5 * 0 (no search) + 0 - 0
+    assert b.eqs == 0.5 and b.total == expected_total(1.0, 0.0, 0.0, 0.0)  # no search, no counted evidence
     above = FixedJudge({"101": {"SUPPORTED": 0.5000001, "REFUTED": 0.25, "NEI": 0.25}})
     assert score(view(text), RewardConfig(), above).entries[0].counted
 
@@ -216,7 +238,7 @@ def test_unparseable_report():
     b = score(view("I think it is probably fine, trust me.", "SUPPORTED", ["aspirin AND bleeding"]), RewardConfig(),
               FixedJudge(JUDGE_TABLE))
     assert b.conclusion is None and b.outcome == 0.0 and b.n_cited == 0 and b.parse_problems > 0
-    assert b.search == 1.0 and b.total == 0.5  # 0 + 0.5 * 1 + 0 - 0
+    assert b.search == 1.0 and b.total == expected_total(0.0, 1.0, 0.0, 0.0)
 
 
 def test_nei_gold_and_missing_gold():
@@ -245,9 +267,75 @@ def test_unique_papers_counts_a_repeated_citation_once():
     items = [("101", "reduced hip fractures"), ("101", "The effect was dose dependent")]
     text = report(supporting=items)
     assert score(view(text), RewardConfig(), FixedJudge(JUDGE_TABLE)).evidence == pytest.approx(
-        0.7981034820053446)  # 1 - e^-1.6: each entry counts by default
+        expected_evidence([S101, S101]))  # each entry counts by default
     b = score(view(text), RewardConfig(unique_papers=True), FixedJudge(JUDGE_TABLE))
-    assert b.evidence == pytest.approx(0.5506710358827784) and [e.counted for e in b.entries] == [True, False]
+    assert b.evidence == pytest.approx(expected_evidence([S101])) and [e.counted for e in b.entries] == [True, False]
+
+
+def test_weights_alpha_and_threshold_come_from_the_config():
+    cfg = RewardConfig(beta1=2.0, beta2=3.0, beta3=0.5, alpha=2.0, threshold=0.75)
+    text = report(supporting=[("101", "reduced hip fractures"), ("999", "made up")],  # s 0.8 > 0.75; hallucinated
+                  refuting=[("103", "Aspirin increased major bleeding.")],  # s 0.7: grounded but below 0.75
+                  conclusion="SUPPORTED")
+    b = score(view(text, "SUPPORTED", ["a AND b", "a b"]), cfg, FixedJudge(JUDGE_TABLE))
+    assert [(e.s, e.counted) for e in b.entries] == [(S101, True), (0.0, False), (S103_REF, False)]
+    assert b.evidence == pytest.approx(expected_evidence([S101], alpha=cfg.alpha))
+    assert b.hallucination == pytest.approx(1 / 3) and b.search == 1 / 2
+    assert b.total == pytest.approx(expected_total(1.0, 1 / 2, expected_evidence([S101], alpha=2.0), 1 / 3, cfg))
+    assert cfg.bounds() == (-cfg.beta3, 1.0 + cfg.beta1 + cfg.beta2)
+    assert RewardConfig(variant="outcome_only", beta1=2.0).bounds() == (0.0, 1.0)
+
+
+def test_unique_papers_is_per_side_and_keeps_the_first_counted_entry():
+    text = report(supporting=[("101", "made up"),  # hallucinated: does not use up paper 101
+                              ("101", "reduced hip fractures"), ("101", "The effect was dose dependent")],
+                  refuting=[("101", "The effect was dose dependent")])  # the same paper on the other side
+    cfg = RewardConfig(unique_papers=True, threshold=0.05)
+    b = score(view(text), cfg, FixedJudge(JUDGE_TABLE))
+    s101_ref = JUDGE_TABLE["101"]["REFUTED"]
+    assert [(e.side, e.s, e.counted) for e in b.entries] == [
+        ("supporting", 0.0, False), ("supporting", S101, True), ("supporting", S101, False),
+        ("refuting", s101_ref, True)]
+    assert b.evidence == pytest.approx(expected_evidence([S101, s101_ref]))
+
+
+def test_judge_scores_are_cleaned_before_use():
+    text = report(supporting=[("101", "reduced hip fractures")], refuting=[("103", "Aspirin increased")])
+    raw = {"101": {"SUPPORTED": 0.9, "REFUTED": 0.6, "NEI": 0.0},  # sums to 1.5: scaled back to 1
+           "103": {"SUPPORTED": 0.1, "REFUTED": float("nan"), "NEI": 0.1}}  # NaN -> 0
+    b = score(view(text), RewardConfig(), FixedJudge(raw))
+    assert [e.s for e in b.entries] == pytest.approx([0.9 / 1.5, 0.0], rel=1e-12, abs=0)
+    assert [e.counted for e in b.entries] == [True, False]
+    assert b.evidence == pytest.approx(expected_evidence([0.9 / 1.5]))
+
+
+def test_judge_pairs_are_claim_and_paper_text_not_just_the_pmid():
+    other_text = dict(LEDGER, **{"101": LEDGER["101"].model_copy(update={"abstract": "It reduced hip fractures."})})
+    views = [view(report(supporting=[("101", "reduced hip fractures")])),
+             EpisodeView(claim=CLAIM, gold="SUPPORTED", ledger=other_text,  # same PMID, another record of it
+                         final_text=report(supporting=[("101", "reduced hip fractures")])),
+             EpisodeView(claim="Another claim.", gold="SUPPORTED", ledger=dict(LEDGER),
+                         final_text=report(supporting=[("101", "reduced hip fractures")])),
+             view(report(supporting=[("101", "Vitamin D supplementation")]))]  # same pair as the first: deduplicated
+    judge = FixedJudge(JUDGE_TABLE)
+    score_many(views, RewardConfig(), judge)
+    assert judge.calls == [[(CLAIM, "101"), (CLAIM, "101"), ("Another claim.", "101")]]
+
+
+def test_a_judge_that_drops_pairs_is_an_error():
+    class Short(FixedJudge):
+        def score(self, pairs):
+            return []
+
+    with pytest.raises(RuntimeError, match=r"judge fixed:test returned 0 scores for 1 pairs"):
+        score(view(report(supporting=[("101", "reduced hip fractures")])), RewardConfig(), Short({}))
+
+
+def test_episode_view_accepts_plain_data():
+    v = EpisodeView(claim=CLAIM, gold="REFUTED", ledger={"101": LEDGER["101"].model_dump()})
+    assert v.gold is Label.REFUTED and v.ledger == {"101": LEDGER["101"]}
+    with pytest.raises(ValueError):
+        EpisodeView(claim=CLAIM, gold="MAYBE")
 
 
 def test_config_validation():
@@ -285,17 +373,18 @@ def test_score_trace_and_traces_from_files(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"episodes": 3}))
     judge = FixedJudge(JUDGE_TABLE)
     b = score_trace(tmp_path / "c1.json", RewardConfig(), judge)
-    # 1 + 0.5 * 1 + (1 - e^-0.8) - 0
-    assert b.total == pytest.approx(2.0506710358827784)
+    good_total = expected_total(1.0, 1.0, expected_evidence([S101]), 0.0)
+    assert b.total == pytest.approx(good_total)
     assert score_trace(good, RewardConfig(), judge, gold="REFUTED").outcome == 0.0  # gold override
     result = score_traces(tmp_path, RewardConfig(), FixedJudge(JUDGE_TABLE), n_resamples=50,
                           per_episode=tmp_path / "scores.jsonl")
     assert result["n"] == 3
     assert result["reward"]["outcome"] == pytest.approx(2 / 3)
-    assert result["reward"]["total"] == pytest.approx((2.0506710358827784 + 0.0 + 1.0) / 3)
+    assert result["reward"]["total"] == pytest.approx((good_total + expected_total(0.0, 0.0, 0.0, 0.0)
+                                                       + expected_total(1.0, 0.0, 0.0, 0.0)) / 3)
     assert result["3way"]["n"] == 3 and result["3way"]["accuracy"] == pytest.approx(2 / 3)
     assert result["2way"]["n"] == 2 and result["2way"]["accuracy"] == 0.5  # the NEI claim is not 2-way
-    assert result["evidence"]["eqs"] == pytest.approx(0.8) and result["evidence"]["ehr"] == 0.0
+    assert result["evidence"]["eqs"] == pytest.approx(S101) and result["evidence"]["ehr"] == 0.0
     assert len((tmp_path / "scores.jsonl").read_text().splitlines()) == 3
     json.dumps(result, allow_nan=False)
 

@@ -6,9 +6,10 @@ import hashlib
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -303,34 +304,72 @@ def test_resolve_file_is_not_a_model(tmp_path):
         resolve_model(str(f))
 
 
-def _resolve_in_subprocess(ref: str, env: dict[str, str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, float]:
+def _resolve_in_subprocess(ref: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """resolve_model in a fresh interpreter (clean HF env); the timeout is the "no hang" bound."""
     code = ("import sys\nfrom biocheck.models.resolve import resolve_model, ModelNotFoundError\n"
             "try:\n    resolve_model(sys.argv[1])\nexcept ModelNotFoundError as e:\n    print(e); sys.exit(3)\n")
     base = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     base |= {"HF_HOME": str(tmp_path / "hf"), **env}
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", code, ref], env=base, capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-c", code, ref], env=base, capture_output=True, text=True, timeout=120,
                           cwd=tmp_path)
-    return proc, time.monotonic() - t0
 
 
-def test_resolve_fake_hub_id_offline_fails_fast(tmp_path):
-    proc, seconds = _resolve_in_subprocess("biocheck-test/no-such-model", {"HF_HUB_OFFLINE": "1"}, tmp_path)
+@pytest.fixture
+def hanging_up_hub():
+    """A local "hub" that accepts every connection and closes it without an answer; counts the connections."""
+    server = socket.create_server(("127.0.0.1", 0))
+    connections: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # the server socket was closed: the test is over
+                return
+            connections.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", connections
+    server.close()
+    thread.join(5)
+
+
+# "Fails fast" is pinned by what the hub client does, never by seconds: no request at all when offline, and no
+# retry loop (huggingface_hub logs "Retrying in Ns" before each backoff sleep).
+NO_BACKOFF = "Retrying in"
+
+
+def test_resolve_fake_hub_id_offline_fails_fast(tmp_path, hanging_up_hub):
+    endpoint, connections = hanging_up_hub
+    proc = _resolve_in_subprocess("biocheck-test/no-such-model", {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": endpoint},
+                                  tmp_path)
     assert proc.returncode == 3, proc.stderr
     msg = proc.stdout
     assert "'biocheck-test/no-such-model'" in msg and "HF_HUB_OFFLINE" in msg and "local model directory" in msg
-    assert seconds < 60
+    assert connections == []  # offline means offline: not one connection
+    assert NO_BACKOFF not in proc.stderr
 
 
 def test_resolve_unreachable_hub_fails_fast(tmp_path):
-    """Online mode, but the endpoint refuses connections: a clear message, no hang."""
-    proc, seconds = _resolve_in_subprocess("biocheck-test/no-such-model", {"HF_ENDPOINT": "http://127.0.0.1:9"},
-                                           tmp_path)
+    """Online mode, but the endpoint refuses connections: a clear message, no retry loop."""
+    proc = _resolve_in_subprocess("biocheck-test/no-such-model", {"HF_ENDPOINT": "http://127.0.0.1:9"}, tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert "could not be reached" in proc.stdout and "HF_HUB_OFFLINE=1" in proc.stdout
-    assert seconds < 90
+    assert NO_BACKOFF not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_resolve_hub_that_hangs_up_is_a_clear_error(tmp_path, hanging_up_hub):
+    """The connection opens but the server drops it (a proxy, a firewall): one clear line, not a traceback."""
+    endpoint, connections = hanging_up_hub
+    proc = _resolve_in_subprocess("biocheck-test/no-such-model", {"HF_ENDPOINT": endpoint}, tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert "could not be reached" in proc.stdout and "HF_HUB_OFFLINE=1" in proc.stdout
+    assert "Traceback" not in proc.stderr and NO_BACKOFF not in proc.stderr
+    assert 1 <= len(connections) <= 2  # the client may re-send once on a dropped connection; a backoff loop makes 6
 
 
 def test_resolve_invalid_hub_id(tmp_path):
-    proc, _ = _resolve_in_subprocess("not a valid id!!", {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    proc = _resolve_in_subprocess("not a valid id!!", {"HF_HUB_OFFLINE": "1"}, tmp_path)
     assert proc.returncode == 3 and "not a valid Hugging Face model id" in proc.stdout

@@ -8,6 +8,7 @@ not there (offline mode fails at once, an unreachable Hub within the HTTP timeou
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -36,6 +37,26 @@ def _offline() -> bool:
     except ImportError:  # pragma: no cover - older huggingface_hub
         pass
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The hub client's network errors (a dropped connection, a broken proxy): httpx2 in huggingface_hub 2.x,
+    httpx in 1.x, requests before. The hub turns only refused connections and timeouts into its own errors."""
+    found = []
+    for module, name in (("httpx2", "TransportError"), ("httpx", "TransportError"), ("requests", "RequestException")):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+def _unreachable(text: str, why: str) -> ModelNotFoundError:
+    return ModelNotFoundError(
+        f"model {text!r}: there is no local directory {text!r}, and the Hugging Face Hub could not be reached "
+        f"({why}). Fix: give the path of a local model directory (e.g. models/base from `biocheck model init`), run "
+        "once with network access to cache it, or set HF_HUB_OFFLINE=1 to use a copy already in the Hugging Face "
+        "cache.")
 
 
 def resolve_model(ref: str | Path, cache_dir: str | Path | None = None, revision: str | None = None,
@@ -93,12 +114,9 @@ def resolve_model(ref: str | Path, cache_dir: str | Path | None = None, revision
                 "Fix: give the path of a local model directory (e.g. models/base from `biocheck model init`), or "
                 f"download it once online (unset HF_HUB_OFFLINE; `hf download {repo_id}`), then run offline."
             ) from None
-        raise ModelNotFoundError(
-            f"model {text!r}: {not_local}, and the Hugging Face Hub could not be reached "
-            f"({str(e).splitlines()[0]}). Fix: give the path of a local model directory (e.g. models/base from "
-            f"`biocheck model init`), run once with network access to cache it, or set HF_HUB_OFFLINE=1 to use a "
-            "copy already in the Hugging Face cache."
-        ) from None
+        raise _unreachable(text, str(e).splitlines()[0]) from None
+    except _transport_errors() as e:  # e.g. the server closed the connection without an answer
+        raise _unreachable(text, " ".join([type(e).__name__ + ":", *str(e).splitlines()[:1]])) from None
     except OSError as e:  # disk full, permissions, a broken cache
         raise ModelNotFoundError(f"model {text!r}: could not download or read it from the Hugging Face cache: {e}") \
             from None

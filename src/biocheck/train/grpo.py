@@ -91,9 +91,19 @@ def fingerprint_inputs(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# The Trainer writes trainer_state.json last: a checkpoint folder without it was cut off mid-save.
+TRAINER_STATE = "trainer_state.json"
+
+
+def complete_checkpoints(out_dir: Path) -> list[Path]:
+    """The finished `checkpoint-<step>` folders, by step as a number (checkpoint-9 before checkpoint-10)."""
+    ckpts = [p for p in Path(out_dir).glob("checkpoint-*")
+             if p.name.split("-")[-1].isdigit() and (p / TRAINER_STATE).is_file()]
+    return sorted(ckpts, key=lambda p: int(p.name.split("-")[-1]))
+
+
 def latest_checkpoint(out_dir: Path) -> Path | None:
-    ckpts = sorted((p for p in out_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
-                   key=lambda p: int(p.name.split("-")[-1]))
+    ckpts = complete_checkpoints(out_dir)
     return ckpts[-1] if ckpts else None
 
 
@@ -136,4 +146,5 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
                                peft_config=peft_config, callbacks=callbacks or [])
 
 
-__all__ = ["TrainConfig", "make_trainer", "prepare_out_dir", "latest_checkpoint", "fingerprint_inputs"]
+__all__ = ["TrainConfig", "make_trainer", "prepare_out_dir", "complete_checkpoints", "latest_checkpoint",
+           "fingerprint_inputs"]

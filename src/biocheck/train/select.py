@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from biocheck.io import InputError, atomic_dir, atomic_path, write_json_atomic
+from biocheck.train.grpo import TRAINER_STATE, complete_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,10 @@ def _step(p: Path) -> int:
 
 def checkpoint_table(ckpt_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(one row per saved checkpoint with its validation reward, the full log history)."""
-    ckpts = sorted((p for p in ckpt_dir.glob("checkpoint-*") if p.name.rsplit("-", 1)[-1].isdigit()), key=_step)
+    ckpts = complete_checkpoints(ckpt_dir)  # a folder cut off mid-save has no state and maybe half its weights
     if not ckpts:
-        raise InputError(f"{ckpt_dir}: no checkpoints. Run `biocheck train` (or `dvc repro train`) first.")
-    history = json.loads((ckpts[-1] / "trainer_state.json").read_text())["log_history"]
+        raise InputError(f"{ckpt_dir}: no finished checkpoints. Run `biocheck train` (or `dvc repro train`) first.")
+    history = json.loads((ckpts[-1] / TRAINER_STATE).read_text())["log_history"]
     evals = {h["step"]: h for h in history if "eval_reward" in h}
     rows = []
     for p in ckpts:

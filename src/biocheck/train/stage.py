@@ -32,6 +32,24 @@ def build_components(params: dict[str, Any], **overrides: Any) -> dict[str, Any]
             "prompts": prompts}
 
 
+def run_key(c: dict[str, Any], base_fingerprint: str, train_ids: list[str], val_ids: list[str]) -> str:
+    """The identity of a training run: everything that changes what is learned or how it is rewarded.
+
+    Checkpoints are resumed only under the same key (`prepare_out_dir`), so a changed reward, judge, prompt,
+    base model or data split starts afresh instead of continuing an experiment it does not belong to. The
+    judge cache's location is left out: it changes no score.
+    """
+    from biocheck.agent.prompts import prompt_hash
+    from biocheck.config import plain
+    from biocheck.rewards.judge_base import prompt_hash as judge_prompt_hash
+    from biocheck.train.grpo import fingerprint_inputs
+
+    return fingerprint_inputs({
+        "train": plain(c["train"]), "agent": plain(c["agent"]), "search": plain(c["search"]),
+        "reward": plain(c["reward"]), "judge": c["judge_spec"], "judge_prompt": judge_prompt_hash(),
+        "prompts": prompt_hash(), "base": base_fingerprint, "train_ids": list(train_ids), "val_ids": list(val_ids)})
+
+
 def make_bank(c: dict[str, Any]):
     from biocheck.rewards.judge import make_judge
     from biocheck.train.rewards import RewardBank
@@ -53,7 +71,7 @@ def train(params: dict[str, Any], progress: bool = True, **overrides: Any) -> di
     from biocheck.train.data import prompt_messages, to_dataset
     from biocheck.train.demos import demonstration
     from biocheck.train.env import SearchEnv, env_factory
-    from biocheck.train.grpo import fingerprint_inputs, make_trainer, prepare_out_dir
+    from biocheck.train.grpo import make_trainer, prepare_out_dir
     from biocheck.train.sft import SFTConfig, train_sft
 
     c = build_components(params, **overrides)
@@ -61,11 +79,8 @@ def train(params: dict[str, Any], progress: bool = True, **overrides: Any) -> di
     base = c["model"].out_dir
     train_recs = load_split("scifact", "train", c["prepared"])
     val_recs = load_split("scifact", "val", c["prepared"])
-    run_key = fingerprint_inputs({
-        "train": plain(cfg), "agent": plain(agent_cfg), "search": plain(c["search"]), "reward": plain(c["reward"]),
-        "judge": c["judge_spec"], "prompts": prompt_hash(), "base": model_fingerprint(base),
-        "train_ids": [r.id for r in train_recs], "val_ids": [r.id for r in val_recs]})
-    resume = prepare_out_dir(cfg.out_dir, run_key)
+    key = run_key(c, model_fingerprint(base), [r.id for r in train_recs], [r.id for r in val_recs])
+    resume = prepare_out_dir(cfg.out_dir, key)
     tool = search_tool(c["search"])
 
     start = base
@@ -95,7 +110,7 @@ def train(params: dict[str, Any], progress: bool = True, **overrides: Any) -> di
     bank = make_bank(c)
     report_to = ["mlflow"] if tracking.enabled() else []
     with tracking.run("train", params={"train": plain(cfg), "agent": plain(agent_cfg), "reward": plain(c["reward"]),
-                                       "judge": c["judge_spec"], "prompt_hash": prompt_hash(), "run_key": run_key,
+                                       "judge": c["judge_spec"], "prompt_hash": prompt_hash(), "run_key": key,
                                        "start": str(start)}) as active:
         if active is not None:  # transformers' MLflowCallback logs into the active run
             tracking.log_metrics({f"sft.{k}": v for k, v in sft_stats.items()})
