@@ -11,8 +11,8 @@ suite does not pin. This script runs mutmut and turns its results into one table
 
 Score = killed / (mutants - judged equivalent). Timeouts count as killed (the mutant made a test
 hang, and the test's timeout noticed). A mutant with no covering test counts as survived.
-Equivalent mutants (no behaviour can tell them apart) are listed with the reason in
-bench/mutation_equivalents.yaml by mutant name; the report says when a listed name is stale.
+Equivalent mutants (no behaviour can tell them apart) are listed with the reason, by mutant name, in
+the YAML files of bench/mutation_equivalents/; the report says when a listed name is stale.
 Log statements are not mutated at all (pyproject: do_not_mutate_patterns): their text is not behaviour.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-EQUIVALENTS = REPO / "bench" / "mutation_equivalents.yaml"
+EQUIVALENTS = REPO / "bench" / "mutation_equivalents"  # one YAML file per module group
 
 # mutmut's exit-code meanings (mutmut.stats.status_by_exit_code), folded into what the score needs.
 _STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout",
@@ -53,11 +53,13 @@ def load_results(mutants_dir: Path) -> dict[str, str]:
     return results
 
 
-def load_equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
-    if not path.is_file():
-        return {}
-    data = yaml.safe_load(path.read_text()) or []
-    return {str(e["mutant"]): str(e["why"]) for e in data}
+def load_equivalents(folder: Path = EQUIVALENTS) -> dict[str, str]:
+    """{mutant name: why it is equivalent} from every YAML list in `folder`."""
+    found: dict[str, str] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        for entry in yaml.safe_load(path.read_text()) or []:
+            found[str(entry["mutant"])] = str(entry["why"])
+    return found
 
 
 def score_table(results: dict[str, str], equivalents: dict[str, str]) -> dict[str, dict]:
@@ -131,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no mutation results in {mutants}: run `make mutation` first", file=sys.stderr)
         return 2
     results, equivalents = load_results(mutants), load_equivalents()
-    stale = sorted(n for n in equivalents if results.get(n) != "survived")
+    measured = {module_of(n) for n in results}  # a partial run says nothing of the other modules
+    stale = sorted(n for n in equivalents if module_of(n) in measured and results.get(n) != "survived")
     table = score_table(results, equivalents)
     print(markdown(table))
     if stale:
