@@ -1,9 +1,13 @@
 """A local fake of NCBI E-utilities (esearch.fcgi, efetch.fcgi) for tests and benchmarks.
 
-It serves genuine-shaped XML (eSearchResult, PubmedArticleSet with the real DOCTYPE lines) from a
-small in-memory corpus, records every request (monotonic time, endpoint, parameters), injects
-faults on demand, and can enforce NCBI's rate limit (counting requests beyond N in any 1-second
-sliding window as violations, and optionally answering them with 429 as NCBI does).
+It serves genuine-shaped XML from a small in-memory corpus, in the shapes NCBI's answers have
+(checked against real replies): eSearchResult with a TranslationSet that maps terms to MeSH, the
+QueryTranslation built from it, and QueryKey/WebEnv when asked for `usehistory=y`; a pretty-printed
+PubmedArticleSet with the real DOCTYPE line, AuthorList, CopyrightInformation, and titles and
+abstracts carrying NCBI's inline markup (<i>, <b>, <u>, <sub>, <sup>, pretty-printed MathML).
+It records every request (monotonic time, endpoint, parameters), injects faults on demand, and can
+enforce NCBI's rate limit (counting requests beyond N in any 1-second sliding window as violations,
+and optionally answering them with 429 as NCBI does).
 
     with FakeEutils(max_per_second=3) as server:
         server.inject("status", status=503, times=2)
@@ -16,8 +20,10 @@ import json
 import re
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
+from html import unescape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 from urllib.parse import parse_qsl, urlsplit
@@ -37,8 +43,14 @@ PUBMED_HEAD = (
 FAULT_KINDS = ("status", "slow", "truncate", "disconnect", "html", "empty", "phrase_not_found", "error")
 
 
+_TAG = re.compile(r"<[^<>]+>")
+
+
 @dataclass
 class FakeArticle:
+    """One PubMed record. `title` and abstract texts are XML fragments as NCBI sends them: inline
+    markup (<i>, <sub>, MathML) is written as is, a literal "<" or "&" as &lt; / &amp;."""
+
     pmid: str
     title: str
     # str: one plain AbstractText; list of (label, text): a structured abstract; None: no Abstract
@@ -47,14 +59,39 @@ class FakeArticle:
     journal: str = "Journal of Evidence Tests"
     mesh: list[str] = field(default_factory=list)
     medline_date: str | None = None  # e.g. "1998 Dec-1999 Jan", used instead of Year
+    authors: list[tuple[str, str]] = field(default_factory=lambda: [("Tester", "Ada")])  # (last, fore)
+    copyright: str | None = None  # <CopyrightInformation> at the end of <Abstract>
 
     def text(self) -> str:
+        """Plain lower-case text for the fake's search (tags dropped, entities decoded)."""
         parts = [self.title, " ".join(self.mesh)]
         if isinstance(self.abstract, str):
             parts.append(self.abstract)
         elif self.abstract:
             parts.extend(t for _, t in self.abstract)
-        return " ".join(parts).lower()
+        return unescape(_TAG.sub(" ", " ".join(parts))).lower()
+
+
+MATHML_VO2MAX = """<mml:math xmlns:mml="http://www.w3.org/1998/Math/MathML">
+                        <mml:msub>
+                            <mml:mrow>
+                                <mml:mover>
+                                    <mml:mrow>
+                                        <mml:mi>V</mml:mi>
+                                    </mml:mrow>
+                                    <mml:mo>.</mml:mo>
+                                </mml:mover>
+                                <mml:mi>O</mml:mi>
+                            </mml:mrow>
+                            <mml:mrow>
+                                <mml:mn>2</mml:mn>
+                                <mml:mi>m</mml:mi>
+                                <mml:mi>a</mml:mi>
+                                <mml:mi>x</mml:mi>
+                            </mml:mrow>
+                        </mml:msub>
+                        <mml:mtext> </mml:mtext>
+                    </mml:math>"""  # V-dot O2max, laid out as PubMed's own XML lays it out
 
 
 CORPUS: list[FakeArticle] = [
@@ -133,6 +170,34 @@ CORPUS: list[FakeArticle] = [
         journal="Diabetes care",
         mesh=["Metformin", "Neoplasms", "Diabetes Mellitus, Type 2"],
     ),
+    # Inline markup as NCBI sends it: MathML, <sub>/<sup>/<i> in the abstract, an escaped "<".
+    FakeArticle(
+        "31000009",
+        "Maximal oxygen uptake and the lactate threshold in <i>trained</i> runners.",
+        f"Maximal oxygen uptake ( {MATHML_VO2MAX} ) was measured in 14 trained runners. The lactate threshold "
+        "LE<sub>min</sub> predicted the velocity at the maximal lactate steady state (<i>r</i> = 0.91; "
+        "<i>P</i> &lt; 0.001), and CO<sub>2</sub> output exceeded 4 L·min<sup>-1</sup> at "
+        f"{MATHML_VO2MAX}.",
+        year=2018,
+        journal="Frontiers in physiology",
+        mesh=["Oxygen Consumption", "Running", "Lactic Acid"],
+        authors=[("Runner", "Iker"), ("Pacer", "Ane")],
+    ),
+    FakeArticle(
+        "31000010",
+        "Carbon dioxide retention in <b>chronic</b> obstructive pulmonary disease: the role of <u>oxygen</u> therapy.",
+        [
+            ("BACKGROUND", "Oxygen therapy can raise the arterial partial pressure of CO<sub>2</sub> "
+             "(P<sub>a</sub>CO<sub>2</sub>) in hypercapnic patients."),
+            ("RESULTS", "P<sub>a</sub>CO<sub>2</sub> rose by 1.2 kPa at an F<sub>I</sub>O<sub>2</sub> of 0.5; "
+             "<b>all</b> changes reversed within 30 min (r<sup>2</sup> = 0.64, p<sub>trend</sub> &lt; 0.01)."),
+            ("CONCLUSIONS", "Titrated oxygen to a saturation of 88-92% avoids <u>hypercapnia</u> in <i>most</i> patients."),
+        ],
+        year=2021,
+        journal="Respiratory tests",
+        mesh=["Pulmonary Disease, Chronic Obstructive", "Hypercapnia", "Oxygen Inhalation Therapy"],
+        copyright="© 2021 The Authors. Published by Test Press Ltd. All rights reserved.",
+    ),
 ]
 
 
@@ -150,13 +215,24 @@ def esearch_xml(
     not_found: list[str] = (),
     warnings: list[str] = (),
     error: str | None = None,
+    translations: list[tuple[str, str]] = (),
+    history: tuple[str, str] | None = None,
 ) -> bytes:
+    """An eSearchResult laid out as NCBI's (one line, ids one per line, Translation padded with spaces).
+
+    `translations`: (From, To) pairs of the TranslationSet; `history`: (QueryKey, WebEnv).
+    """
     if error is not None:
         return (ESEARCH_HEAD + f"<eSearchResult><ERROR>{escape(error)}</ERROR></eSearchResult>\n").encode()
     id_list = "<IdList>\n" + "".join(f"<Id>{i}</Id>\n" for i in ids) + "</IdList>" if ids else "<IdList/>"
+    keys = f"<QueryKey>{history[0]}</QueryKey><WebEnv>{escape(history[1])}</WebEnv>" if history else ""
+    tset = "".join(
+        f"<Translation>     <From>{escape(a)}</From>     <To>{escape(b)}</To>    </Translation>" for a, b in translations
+    )
+    tset = f"<TranslationSet>{tset}</TranslationSet>" if tset else "<TranslationSet/>"
     xml = (
         f"<eSearchResult><Count>{count}</Count><RetMax>{len(ids) if ids else 0}</RetMax><RetStart>0</RetStart>"
-        f"{id_list}<TranslationSet/><QueryTranslation>{escape(translation)}</QueryTranslation>"
+        f"{keys}{id_list}{tset}<QueryTranslation>{escape(translation)}</QueryTranslation>"
     )
     if not_found:
         xml += "<ErrorList>" + "".join(f"<PhraseNotFound>{escape(p)}</PhraseNotFound>" for p in not_found)
@@ -167,51 +243,91 @@ def esearch_xml(
     return (ESEARCH_HEAD + xml + "</eSearchResult>\n").encode()
 
 
+def _lines(depth: int, *lines: str) -> list[str]:
+    return [" " * (4 * depth) + line for line in lines]
+
+
 def _article_xml(a: FakeArticle) -> str:
-    date = f"<MedlineDate>{escape(a.medline_date)}</MedlineDate>" if a.medline_date else ""
-    if a.year is not None and not a.medline_date:
-        date = f"<Year>{a.year}</Year><Month>Jan</Month>"
-    if a.abstract is None:
-        abstract = ""
-    elif isinstance(a.abstract, str):
-        abstract = f"<Abstract><AbstractText>{escape(a.abstract)}</AbstractText></Abstract>"
+    """One PubmedArticle, indented four spaces per level as efetch's are."""
+    if a.medline_date:
+        date = _lines(6, f"<MedlineDate>{escape(a.medline_date)}</MedlineDate>")
     else:
-        parts = "".join(
-            f"<AbstractText Label={quoteattr(label)} NlmCategory={quoteattr(label)}>{escape(text)}</AbstractText>"
-            for label, text in a.abstract
-        )
-        abstract = f"<Abstract>{parts}</Abstract>"
-    mesh = ""
+        date = _lines(6, f"<Year>{a.year}</Year>", "<Month>Jan</Month>") if a.year is not None else []
+    abstract: list[str] = []
+    if a.abstract is not None:
+        parts = [(None, a.abstract)] if isinstance(a.abstract, str) else a.abstract
+        abstract = _lines(3, "<Abstract>")
+        for label, text in parts:  # texts are XML fragments (markup kept), see FakeArticle
+            attrs = f" Label={quoteattr(label)} NlmCategory={quoteattr(label)}" if label else ""
+            abstract += _lines(4, f"<AbstractText{attrs}>{text}</AbstractText>")
+        if a.copyright:
+            abstract += _lines(4, f"<CopyrightInformation>{escape(a.copyright)}</CopyrightInformation>")
+        abstract += _lines(3, "</Abstract>")
+    authors: list[str] = []
+    if a.authors:
+        authors = _lines(3, '<AuthorList CompleteYN="Y">')
+        for last, fore in a.authors:
+            authors += _lines(4, '<Author ValidYN="Y">')
+            authors += _lines(5, f"<LastName>{escape(last)}</LastName>", f"<ForeName>{escape(fore)}</ForeName>",
+                              f"<Initials>{escape(fore[:1])}</Initials>")
+            authors += _lines(4, "</Author>")
+        authors += _lines(3, "</AuthorList>")
+    mesh: list[str] = []
     if a.mesh:
-        heads = "".join(
-            f'<MeshHeading><DescriptorName UI="D{i:06d}" MajorTopicYN="N">{escape(m)}</DescriptorName></MeshHeading>'
-            for i, m in enumerate(a.mesh)
-        )
-        mesh = f"<MeshHeadingList>{heads}</MeshHeadingList>"
-    # The title may hold inline markup (<i>...</i>) as NCBI's does, so it is not escaped.
-    return (
-        '<PubmedArticle><MedlineCitation Status="MEDLINE" Owner="NLM">'
-        f'<PMID Version="1">{a.pmid}</PMID>'
-        '<Article PubModel="Print"><Journal><ISSN IssnType="Print">0000-0000</ISSN>'
-        f'<JournalIssue CitedMedium="Print"><Volume>1</Volume><PubDate>{date}</PubDate></JournalIssue>'
-        f"<Title>{escape(a.journal)}</Title></Journal>"
-        f"<ArticleTitle>{a.title}</ArticleTitle>{abstract}<Language>eng</Language>"
-        '<PublicationTypeList><PublicationType UI="D016428">Journal Article</PublicationType></PublicationTypeList>'
-        "</Article>"
-        "<MedlineJournalInfo><Country>England</Country><MedlineTA>Test J</MedlineTA>"
-        "<NlmUniqueID>0000000</NlmUniqueID></MedlineJournalInfo>"
-        f"{mesh}</MedlineCitation>"
-        "<PubmedData><PublicationStatus>ppublish</PublicationStatus><ArticleIdList>"
-        f'<ArticleId IdType="pubmed">{a.pmid}</ArticleId></ArticleIdList></PubmedData></PubmedArticle>\n'
-    )
+        mesh = _lines(2, "<MeshHeadingList>")
+        for i, m in enumerate(a.mesh):
+            mesh += _lines(3, "<MeshHeading>")
+            mesh += _lines(4, f'<DescriptorName UI="D{i:06d}" MajorTopicYN="N">{escape(m)}</DescriptorName>')
+            mesh += _lines(3, "</MeshHeading>")
+        mesh += _lines(2, "</MeshHeadingList>")
+    lines = [
+        *_lines(0, "<PubmedArticle>"),
+        *_lines(1, '<MedlineCitation Status="MEDLINE" Owner="NLM">'),
+        *_lines(2, f'<PMID Version="1">{a.pmid}</PMID>', '<Article PubModel="Print">'),
+        *_lines(3, "<Journal>"),
+        *_lines(4, '<ISSN IssnType="Print">0000-0000</ISSN>', '<JournalIssue CitedMedium="Print">'),
+        *_lines(5, "<Volume>1</Volume>", "<PubDate>"),
+        *date,
+        *_lines(5, "</PubDate>"),
+        *_lines(4, "</JournalIssue>", f"<Title>{escape(a.journal)}</Title>"),
+        *_lines(3, "</Journal>", f"<ArticleTitle>{a.title}</ArticleTitle>"),
+        *abstract,
+        *authors,
+        *_lines(3, "<Language>eng</Language>", "<PublicationTypeList>"),
+        *_lines(4, '<PublicationType UI="D016428">Journal Article</PublicationType>'),
+        *_lines(3, "</PublicationTypeList>"),
+        *_lines(2, "</Article>", "<MedlineJournalInfo>"),
+        *_lines(3, "<Country>England</Country>", "<MedlineTA>Test J</MedlineTA>", "<NlmUniqueID>0000000</NlmUniqueID>"),
+        *_lines(2, "</MedlineJournalInfo>"),
+        *mesh,
+        *_lines(1, "</MedlineCitation>", "<PubmedData>"),
+        *_lines(2, "<PublicationStatus>ppublish</PublicationStatus>", "<ArticleIdList>"),
+        *_lines(3, f'<ArticleId IdType="pubmed">{a.pmid}</ArticleId>'),
+        *_lines(2, "</ArticleIdList>"),
+        *_lines(1, "</PubmedData>"),
+        *_lines(0, "</PubmedArticle>"),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def pubmed_xml(articles: list[FakeArticle], deleted: list[str] = ()) -> bytes:
     """A PubmedArticleSet document (efetch reply or baseline/update file)."""
     body = "".join(_article_xml(a) for a in articles)
     if deleted:
-        body += "<DeleteCitation>" + "".join(f'<PMID Version="1">{p}</PMID>' for p in deleted) + "</DeleteCitation>"
+        body += "<DeleteCitation>\n" + "".join(f'    <PMID Version="1">{p}</PMID>\n' for p in deleted)
+        body += "</DeleteCitation>\n"
     return (PUBMED_HEAD + "<PubmedArticleSet>\n" + body + "</PubmedArticleSet>\n").encode()
+
+
+def max_in_window(times: list[float], window: float = 1.0) -> int:
+    """Most of `times` in any `window`-second span (closed on both ends: strictest)."""
+    times = sorted(times)
+    best, lo = 0, 0
+    for hi, t in enumerate(times):
+        while t - times[lo] > window:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
 
 
 @dataclass
@@ -249,6 +365,7 @@ class FakeEutils:
         self.reject_over_limit = reject_over_limit
         self.latency = latency  # added to every answer, like a real network round trip
         self.efetch_reverse = False  # answer efetch in reverse id order (clients must reorder)
+        self.history = False  # send QueryKey/WebEnv even without usehistory=y
         self.violations = 0
         self._requests: list[RecordedRequest] = []
         self._recent: deque[float] = deque()
@@ -308,13 +425,7 @@ class FakeEutils:
 
     def max_in_window(self, window: float = 1.0) -> int:
         """Most requests seen in any `window`-second span (closed on both ends: strictest)."""
-        times = sorted(r.time for r in self.requests)
-        best, lo = 0, 0
-        for hi, t in enumerate(times):
-            while t - times[lo] > window:
-                lo += 1
-            best = max(best, hi - lo + 1)
-        return best
+        return max_in_window([r.time for r in self.requests], window)
 
     # ------------------------------------------------------------------ request handling
 
@@ -341,13 +452,23 @@ class FakeEutils:
             self._faults = [f for f in self._faults if f.times > 0]
             return record, fault, over
 
+    def translations(self, term: str) -> list[tuple[str, str]]:
+        """The TranslationSet: each search word that names a MeSH heading of the corpus, as NCBI maps it."""
+        headings = {m.lower() for a in self.corpus.values() for m in a.mesh}
+        return [(t, f'"{t}"[MeSH Terms] OR "{t}"[All Fields]') for t in dict.fromkeys(_tokens(term)) if t in headings]
+
     def search(self, term: str, retmax: int) -> tuple[list[str], int, str, list[str]]:
-        """A tiny AND search over title/abstract/MeSH; returns ids, count, translation, not-found terms."""
+        """A tiny AND search over title/abstract/MeSH; returns ids, count, translation, not-found terms.
+
+        The translation is NCBI's: a word with a MeSH mapping becomes its `To` in parentheses.
+        """
         tokens = list(dict.fromkeys(_tokens(term)))
         texts = {pmid: a.text() for pmid, a in self.corpus.items()}
         present = [t for t in tokens if any(re.search(rf"\b{t}\b", x) for x in texts.values())]
         missing = [t for t in tokens if t not in present]
-        translation = " AND ".join(f'"{t}"[All Fields]' for t in (present or tokens))
+        mapped = dict(self.translations(term))
+        parts = [f"({mapped[t]})" if t in mapped else f'"{t}"[All Fields]' for t in (present or tokens)]
+        translation = " AND ".join(parts) if len(parts) > 1 else parts[0].removeprefix("(").removesuffix(")")
         if not present:
             return [], 0, translation, missing
         scores = {
@@ -447,7 +568,11 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.kind == "phrase_not_found":
             return esearch_xml([], 0, translation, retmax, not_found=_tokens(term), warnings=["No items found."])
         warnings = ["No items found."] if not ids else []
-        return esearch_xml(ids, count, translation, retmax, not_found=missing, warnings=warnings)
+        history = None
+        if params.get("usehistory") == "y" or self.fake.history:
+            history = ("1", f"MCID_{zlib.crc32(term.encode()):012d}")
+        return esearch_xml(ids, count, translation, retmax, not_found=missing, warnings=warnings,
+                           translations=self.fake.translations(term) if ids else [], history=history)
 
     def _efetch(self, params: dict[str, str]) -> bytes:
         ids = [i.strip() for i in params.get("id", "").split(",") if i.strip()]

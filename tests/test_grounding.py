@@ -128,3 +128,39 @@ def test_is_grounded_fails_for_unretrieved_wrong_paper_or_blank_quote():
 def test_quote_spanning_title_and_abstract_is_not_grounded():
     # strict: a quote must lie inside one field, not across the title/abstract boundary
     assert not is_grounded(EvidenceItem(pmid="111", quote="a trial BACKGROUND: Vitamin D"), LEDGER)
+
+
+# The dot above: PubMed shows a rate as "V̇O2max" (V + U+0307, from MathML); models type "VO2max".
+DOTTED, PLAIN = "V\u0307O2max", "VO2max"
+
+
+@pytest.mark.parametrize(("quote", "text"), [(DOTTED, PLAIN), (PLAIN, DOTTED), (DOTTED, DOTTED), (PLAIN, PLAIN)])
+def test_the_dot_above_is_forgiven_in_both_directions(quote, text):
+    abstract = f"Maximal oxygen uptake ( {text} ) was 67.6 ml/kg/min."
+    start, end = find_quote(f"uptake ( {quote} ) was", abstract)
+    assert abstract[start:end] == f"uptake ( {text} ) was"  # the highlight keeps the abstract's own form
+    article = Article(pmid="333", title="Runners", abstract=abstract, source="entrez")
+    assert is_grounded(EvidenceItem(pmid="333", quote=f"{quote} ) was 67.6"), {"333": article})
+
+
+def test_the_dot_above_is_dropped_from_precomposed_letters_too():
+    assert normalize_text("ṁ Ż İ") == normalize_text("m\u0307 Z\u0307 I") == "m z i"
+    assert find_quote("mass flow m", "mass flow ṁ of air") == (0, 11)
+    assert find_quote("VO2max", "V\u0307O\u0307 2max") is None  # only the dot is forgiven, not the space
+
+
+def test_other_combining_marks_still_count():
+    assert find_quote("VO2max", "V\u0302O2max") is None  # a circumflex is not a dot
+    assert find_quote("cafe", "cafe\u0301") is None
+
+
+def test_a_quote_from_parsed_mathml_is_grounded():
+    from biocheck.pubmed.parse import parse_efetch
+    from tests.fake_eutils import CORPUS as PUBMED
+    from tests.fake_eutils import pubmed_xml
+
+    (article,) = parse_efetch(pubmed_xml([a for a in PUBMED if a.pmid == "31000009"]))
+    assert DOTTED in article.abstract
+    for quote in (f"uptake ( {DOTTED} ) was measured", f"uptake ( {PLAIN} ) was measured"):
+        assert is_grounded(EvidenceItem(pmid="31000009", quote=quote), {"31000009": article})
+    assert not is_grounded(EvidenceItem(pmid="31000009", quote="uptake ( V . O 2 m a x )"), {"31000009": article})

@@ -16,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import re
-from datetime import UTC, datetime
+import time
+from collections.abc import Callable
+from datetime import datetime
 from typing import Self
 from urllib.parse import urlsplit
 
@@ -25,7 +28,7 @@ import httpx
 
 from biocheck.pubmed.parse import EsearchReply, parse_efetch, parse_esearch
 from biocheck.pubmed.ratelimit import RateLimiter, shared_limiter
-from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy
+from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy, utc_now
 from biocheck.pubmed.types import Article, SearchError, SearchResult
 
 logger = logging.getLogger(__name__)
@@ -40,10 +43,6 @@ _TRANSIENT = re.compile(r"backend|temporar|unavailable|time ?out|timed out|try a
 def _env(name: str) -> str | None:
     value = os.environ.get(name, "").strip()
     return value or None
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class EntrezClient:
@@ -64,7 +63,12 @@ class EntrezClient:
         max_retry_after: float = 120.0,
         limiter: RateLimiter | None = None,
         http: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        now: Callable[[], datetime] = utc_now,
     ) -> None:
+        """`sleep` (backoff waits), `rng` (their jitter) and `now` (UTC time: `searched_at`, Retry-After
+        dates) are there for tests; the rate limiter's clock is the limiter's own."""
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         self.base_url = base_url or _env("BIOCHECK_EUTILS_URL") or DEFAULT_BASE_URL
@@ -82,7 +86,11 @@ class EntrezClient:
             timeout=timeout,
             policy=RetryPolicy(max_attempts, backoff_base, backoff_max, max_retry_after),
             http=http,
+            sleep=sleep,
+            rng=rng,
+            now=now,
         )
+        self._now = now
 
     def __repr__(self) -> str:  # never shows the key
         return f"EntrezClient(base_url={self.base_url!r}, api_key={'***' if self.has_api_key else None})"
@@ -101,7 +109,7 @@ class EntrezClient:
             raise ValueError(f"n must be at least 1, got {n}")
         params = {"db": "pubmed", "term": query, "retmax": str(n), "sort": "relevance", "retmode": "xml"}
         reply = self._transport.call("esearch.fcgi", params, _esearch_parser(query))
-        searched_at = utc_now()
+        searched_at = self._now().isoformat(timespec="seconds")
         self._log_notes(query, reply)
         articles = self.fetch(reply.ids[:n]) if reply.ids else []
         return SearchResult(

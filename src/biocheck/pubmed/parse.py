@@ -1,9 +1,23 @@
 """E-utilities XML -> Python: esearch replies and PubMed article records, via Biopython's parser.
 
 Biopython's `DataHandler` (what `Bio.Entrez.read` uses) does the XML work with its bundled DTDs.
-Two changes, both in `_OfflineHandler`: it never downloads a DTD (an unknown DTD would make
+Our `_OfflineHandler` changes three things. It never downloads a DTD (an unknown DTD would make
 Biopython fetch it from NCBI behind our rate limiter's back, or hang offline), and it maps a
-newer PubMed DTD (`pubmed_YYMMDD.dtd` not bundled yet) to the newest bundled one.
+newer PubMed DTD (`pubmed_YYMMDD.dtd` not bundled yet) to the newest bundled one. And it turns
+the markup inside text fields into plain text while parsing:
+
+- Biopython (escape=False) hands a text field's child elements back as re-serialised tag text
+  ("CO<sub>2</sub>", MathML as `<math><msub><mi>V</mi>...`) mixed with the decoded character
+  data, so a literal "<" of the text ("r2 &lt;0.25") and a tag can no longer be told apart. The
+  handler therefore works on the parser's element events instead of the string afterwards.
+- Any element inside a text field (`<i>`, `<b>`, `<u>`, `<sup>`, `<sub>`, ...) is inline markup:
+  its tags are dropped and its text stays in place with nothing added ("CO<sub>2</sub>" -> "CO2").
+- MathML (`<mml:math>`) becomes the text PubMed shows: the text of its token elements (mi, mn,
+  mo, mtext) in reading order with the layout whitespace between elements ignored; an accent
+  over or under a base (`<mover>`: "." or "˙" over V) becomes the Unicode combining mark after
+  the base ("V̇O2max" = V + U+0307 + "O2max"); a fraction is "num/den"; annotations (TeX
+  copies of the formula) are skipped. The grounding rule ignores the combining dot, so a model
+  that quotes "VO2max" still matches (rewards/grounding.py).
 
 `article_from_record` is the one place a PubMed record becomes an `Article`; the efetch parser
 and the baseline file reader (`baseline.py`) both use it.
@@ -28,9 +42,14 @@ from biocheck.pubmed.types import Article
 logger = logging.getLogger(__name__)
 
 _PUBMED_DTD = re.compile(r"pubmed_(\d{6})\.dtd")
-# Inline markup NCBI leaves inside titles/abstracts (<i>, <sup>, MathML); literal "<" in text
-# arrives as &lt; and is decoded by the parser, so only known tag names are removed.
-_MARKUP = re.compile(r"</?(?:i|b|u|sup|sub|math|m[a-z]+|mml:[a-z]+)(?:\s[^<>]*)?/?>")
+_MATH_TOKENS = frozenset({"mi", "mn", "mo", "mtext", "ms"})  # the only MathML elements holding text
+_MATH_SKIP = frozenset({"annotation", "annotation-xml"})  # other encodings of the same formula
+# An accent over/under a base -> the combining mark written after it ("V" + "." -> "V̇").
+_ACCENTS = {
+    ".": "\u0307", "\u02d9": "\u0307", "\u00b7": "\u0307", "\u0307": "\u0307",  # dot: a rate (V̇O2)
+    "..": "\u0308", "\u00a8": "\u0308", "^": "\u0302", "\u02c6": "\u0302", "~": "\u0303", "\u02dc": "\u0303",
+    "\u00af": "\u0304", "\u203e": "\u0305", "\u2192": "\u20d7",
+}
 _YEAR = re.compile(r"\b(1[5-9]\d\d|2\d\d\d)\b")
 
 
@@ -51,8 +70,75 @@ def _newest_bundled_pubmed_dtd() -> str | None:
     return names[-1] if names else None
 
 
+@dataclass
+class _MathNode:
+    name: str
+    children: list[_MathNode | str] = field(default_factory=list)
+
+
+def _local_name(name: str) -> str:
+    # expat reports a namespaced name as "uri local"; Biopython keeps the prefix in some paths
+    return name.rsplit(" ", 1)[-1].rsplit(":", 1)[-1]
+
+
+def _math_text(node: _MathNode) -> str:
+    """A MathML element as inline text (rule in the module docstring)."""
+    if node.name in _MATH_TOKENS:
+        return " ".join("".join(c for c in node.children if isinstance(c, str)).split())
+    # character data between MathML elements is layout whitespace, not text
+    parts = [_math_text(c) for c in node.children if isinstance(c, _MathNode) and c.name not in _MATH_SKIP]
+    if node.name in ("mover", "munder") and len(parts) == 2 and parts[1] in _ACCENTS:
+        return parts[0] + _ACCENTS[parts[1]]
+    if node.name == "mfrac" and len(parts) == 2:
+        return f"{parts[0]}/{parts[1]}"
+    if node.name == "msqrt":
+        return "\u221a" + "".join(parts)
+    return "".join(parts)
+
+
 class _OfflineHandler(DataHandler):
-    """Biopython's handler, minus network access for DTDs."""
+    """Biopython's handler, minus network access for DTDs, with markup in text turned into text."""
+
+    def __init__(self, validate: bool, escape: bool, ignore_errors: bool) -> None:
+        super().__init__(validate, escape, ignore_errors)
+        self.characterDataHandler = self._text  # read by Biopython when a text field starts
+        self._math: list[_MathNode] = []  # open MathML elements, outermost first
+
+    def startNamespaceDeclHandler(self, prefix: str | None, uri: str) -> None:
+        # Biopython raises on a namespace it does not know (e.g. MathML as a default xmlns, not
+        # NCBI's mml: prefix); such elements are only ever inline markup here, so record and go on.
+        if prefix in ("xsi", "mml", "xlink", "ali"):
+            super().startNamespaceDeclHandler(prefix, uri)
+        else:
+            self.namespace_level[prefix] += 1
+            self.namespace_prefix[uri] = prefix
+
+    # Inside a text field Biopython calls these for every child element (it would re-serialise them).
+    def startRawElementHandler(self, name: str, attrs: dict) -> None:
+        tag = _local_name(name)
+        if self._math or tag == "math":
+            node = _MathNode(tag)
+            if self._math:
+                self._math[-1].children.append(node)
+            self._math.append(node)
+        # anything else (<i>, <b>, <u>, <sup>, <sub>, ...) is inline markup: the tag goes, its text stays
+        self.parser.EndElementHandler = self.endRawElementHandler
+        self.level += 1
+
+    def endRawElementHandler(self, name: str) -> None:
+        self.level -= 1
+        if self.level == 0:
+            self.parser.EndElementHandler = self.endStringElementHandler
+        if self._math:
+            node = self._math.pop()
+            if not self._math:
+                self.data.append(_math_text(node))
+
+    def _text(self, content: str) -> None:
+        if self._math:
+            self._math[-1].children.append(content)
+        else:
+            self.data.append(content)
 
     def open_dtd_file(self, filename: str):
         handle = super().open_dtd_file(filename)
@@ -119,8 +205,8 @@ def parse_esearch(data: bytes) -> EsearchReply:
 
 
 def clean_text(text: str) -> str:
-    """Drop inline markup and collapse whitespace."""
-    return " ".join(_MARKUP.sub("", text).split())
+    """Collapse whitespace (the handler has already turned inline markup into text)."""
+    return " ".join(text.split())
 
 
 def _year(date: Any) -> int | None:

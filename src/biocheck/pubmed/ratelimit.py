@@ -15,6 +15,10 @@ One limiter exists per (host, identity) in a process (`shared_limiter`): every E
 talking to the same E-utilities host with the same API key (or none) shares it. NCBI counts
 per IP/key, not per process: when several processes on one machine call E-utilities, set
 BIOCHECK_RATELIMIT_DIR and they share the slot clock through a small file locked with flock.
+
+Time comes in through the constructor (`clock`, `wall_clock`, `sleep`, `async_sleep`), so tests
+drive the limiter with a virtual clock and check the schedule it grants (`on_grant` sees each
+grant's time stamp, taken under the lock) instead of timing real requests.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 DEFAULT_SLACK = 0.08  # 8% spacing margin: ~93% of the nominal rate, ~80 ms jitter tolerance
@@ -33,22 +38,31 @@ _STALE_AFTER = 300.0  # a shared next-allowed time this far ahead is a clock jum
 class RateLimiter:
     """Requests at most every `(1 + slack) / rate` seconds; thread-safe; no bursts.
 
-    With `state_file`, the last grant time lives in that file (wall-clock time) so that every
-    process using the same file shares one limit (POSIX only).
+    With `state_file`, the last grant time lives in that file (`wall_clock` time: shared by every
+    process, unlike `clock`) so that every process using the same file shares one limit (POSIX only).
+    `on_grant(t)` is called under the lock (the file's flock included) with each grant's time.
     """
 
     def __init__(
         self,
         rate: float,
         slack: float = DEFAULT_SLACK,
-        clock=time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
         state_file: str | os.PathLike[str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        wall_clock: Callable[[], float] = time.time,
+        on_grant: Callable[[float], None] | None = None,
     ) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be positive, got {rate!r}")
         self.rate = rate
         self.interval = (1.0 + slack) / rate
         self._clock = clock
+        self._sleep = sleep
+        self._async_sleep = async_sleep
+        self._wall_clock = wall_clock
+        self.on_grant = on_grant
         self._lock = threading.Lock()
         self._next = float("-inf")  # earliest time the next request may go
         self.state_file = Path(state_file) if state_file is not None else None
@@ -67,6 +81,7 @@ class RateLimiter:
             now = self._clock()
             if now >= self._next:
                 self._next = now + self.interval
+                self._granted(now)
                 return 0.0
             return self._next - now
 
@@ -74,7 +89,7 @@ class RateLimiter:
         """Block the calling thread until it may send; return the time waited."""
         waited = 0.0
         while (wait := self.try_acquire()) > 0:
-            time.sleep(wait)
+            self._sleep(wait)
             waited += wait
         return waited
 
@@ -82,7 +97,7 @@ class RateLimiter:
         """Wait until the caller may send, without blocking the event loop."""
         waited = 0.0
         while (wait := self.try_acquire()) > 0:
-            await asyncio.sleep(wait)
+            await self._async_sleep(wait)
             waited += wait
         return waited
 
@@ -94,6 +109,10 @@ class RateLimiter:
             else:
                 self._next = max(self._next, self._clock() + seconds)
 
+    def _granted(self, now: float) -> None:
+        if self.on_grant is not None:
+            self.on_grant(now)
+
     def _shared(self, grant: bool, defer: float = 0.0) -> float:
         """try_acquire/defer on the next-allowed time kept in the state file, under flock."""
         import fcntl
@@ -101,7 +120,7 @@ class RateLimiter:
         fd = os.open(self.state_file, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
-            now = time.time()
+            now = self._wall_clock()
             try:
                 nxt = float(os.pread(fd, 64, 0) or b"0")
             except ValueError:  # torn or foreign content: start afresh
@@ -116,6 +135,8 @@ class RateLimiter:
                 nxt = max(nxt, now + defer)
             os.ftruncate(fd, 0)
             os.pwrite(fd, repr(nxt).encode(), 0)
+            if grant:
+                self._granted(now)  # still under flock: stamps of all processes form one schedule
             return 0.0
         finally:
             os.close(fd)

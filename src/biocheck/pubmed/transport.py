@@ -7,6 +7,9 @@ with jitter and is at least the server's `Retry-After`. Anything else fails at o
 
 Parameters travel in a POST body (E-utilities accept POST everywhere), never in the URL:
 httpx logs every request URL at INFO level, and the API key must not reach any log.
+
+The backoff's `sleep`, its jitter source (`rng`) and the clock that reads a Retry-After date
+(`now`) are constructor arguments, so tests check the waits a run asks for without waiting.
 """
 
 from __future__ import annotations
@@ -59,10 +62,10 @@ class RetryPolicy:
     backoff_max: float = 16.0
     max_retry_after: float = 120.0  # a longer Retry-After fails now instead of blocking a rollout
 
-    def delay(self, attempt: int, retry_after: float | None) -> float:
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random | None = None) -> float:
         """Wait before attempt `attempt + 1`: exponential with jitter, at least Retry-After."""
         backoff = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-        backoff *= random.uniform(0.5, 1.0)  # jitter: callers that failed together retry apart
+        backoff *= (rng or random).uniform(0.5, 1.0)  # jitter: callers that failed together retry apart
         return max(backoff, retry_after or 0.0)
 
 
@@ -73,8 +76,13 @@ def redact(text: str, secret: str | None) -> str:
     return _KEY_PARAM.sub(r"\1***", text)
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Retry-After as seconds (delta-seconds or an HTTP date, counted from `now`, default the
+    current UTC time); None when absent or unreadable."""
     if not value:
         return None
     value = value.strip()
@@ -88,7 +96,7 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return max(0.0, (when - (now or utc_now())).total_seconds())
 
 
 class EutilsTransport:
@@ -102,6 +110,9 @@ class EutilsTransport:
         timeout: float,
         policy: RetryPolicy,
         http: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        now: Callable[[], datetime] = utc_now,
     ) -> None:
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self._identity = {k: v for k, v in identity.items() if v}
@@ -110,6 +121,9 @@ class EutilsTransport:
         self.timeout = timeout
         self.policy = policy
         self._http = http or httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=True)
+        self._sleep = sleep
+        self._rng = rng  # None: the random module's shared generator
+        self._now = now
 
     def close(self) -> None:
         self._http.close()
@@ -132,7 +146,7 @@ class EutilsTransport:
                 last = retry.reason
                 if attempt == attempts:
                     break
-                delay = self.policy.delay(attempt, retry.retry_after)
+                delay = self.policy.delay(attempt, retry.retry_after, self._rng)
                 if retry.retry_after is not None and retry.retry_after > self.policy.max_retry_after:
                     raise SearchError(
                         f"PubMed {what} asked us to wait {retry.retry_after:.0f} s (Retry-After), more than "
@@ -145,7 +159,7 @@ class EutilsTransport:
                     "PubMed %s: %s; retrying in %.2f s (attempt %d/%d)",
                     what, self.redact(last), delay, attempt + 1, attempts,
                 )
-                time.sleep(delay)
+                self._sleep(delay)
         raise SearchError(
             f"PubMed {what} failed after {attempts} attempts (last error: {self.redact(last)}) "
             f"at {self.redact(url)}; NCBI may be down or throttling this client: retry later, "
@@ -161,7 +175,8 @@ class EutilsTransport:
             raise _Retry(f"connection error ({type(exc).__name__}: {self.redact(str(exc))})") from None
         status = response.status_code
         if status in RETRYABLE_STATUS:
-            raise _Retry(f"HTTP {status}", parse_retry_after(response.headers.get("Retry-After")), status)
+            retry_after = parse_retry_after(response.headers.get("Retry-After"), self._now())
+            raise _Retry(f"HTTP {status}", retry_after, status)
         if status != 200:
             body = self.redact(response.text)[:200].strip()  # redact first: a cut must not split the key
             raise SearchError(

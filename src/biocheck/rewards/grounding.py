@@ -3,8 +3,10 @@
 The rewards and the HTML renderer share this one rule. A quote is grounded when its normal form is a
 substring of the normal form of the paper's title or abstract. The normal form forgives only what a
 model cannot see or reliably type: Unicode compatibility forms (NFKC: ligatures, full-width letters,
-no-break spaces), the kind of quote mark or dash, runs of whitespace, letter case, and invisible
-format characters (soft hyphen, zero-width space). Anything else, one changed word included, fails.
+no-break spaces), the kind of quote mark or dash, runs of whitespace, letter case, invisible
+format characters (soft hyphen, zero-width space), and the dot above (U+0307, also inside a precomposed
+letter: "ṁ" = "m"): PubMed renders MathML's over-dot of rates as "V̇O2max", which models write "VO2max".
+Anything else, one changed word included, fails.
 
 `check_entry` applies the rule to one evidence entry (PMID retrieved? quote found?) and also reports a
 lenient token-level match (`fuzzy_match`) for diagnostics; only the strict rule decides `hallucinated`,
@@ -26,13 +28,15 @@ from biocheck.pubmed.types import Article
 _QUOTES = frozenset("\"'`´“”„‟‘’‚‛«»‹›″′＂＇")
 _DASHES = frozenset("\u2212\u2010\u2011\u2012\u2013\u2014\u2015\u2043\ufe58\ufe63\uff0d")
 _TOKEN = re.compile(r"\w+")
+_DOT_ABOVE = "\u0307"  # V̇O2 (a rate); the one diacritic the normal form drops
 FUZZY_THRESHOLD = 0.9  # share of the quote's tokens that one window of the text must contain
 
 Side = Literal["supporting", "refuting"]
 
 
 def normalize_text(s: str) -> str:
-    """NFKC, every quote mark -> '"', every dash -> '-', whitespace collapsed and trimmed, casefolded."""
+    """NFKC, every quote mark -> '"', every dash -> '-', whitespace collapsed and trimmed, casefolded,
+    the dot above dropped."""
     return _normalize_map(s)[0]
 
 
@@ -160,6 +164,14 @@ def _clusters(s: str) -> Iterator[tuple[int, int]]:
         i = j
 
 
+def _undot(piece: str) -> str:
+    """`piece` without the combining dot above, also where it is part of a precomposed letter (ṁ, ż, İ)."""
+    decomposed = unicodedata.normalize("NFD", piece)
+    if _DOT_ABOVE not in decomposed:
+        return piece
+    return unicodedata.normalize("NFC", decomposed.replace(_DOT_ABOVE, ""))
+
+
 def _fold(c: str) -> str:
     if c in _QUOTES or unicodedata.category(c) in ("Pi", "Pf"):
         return '"'
@@ -175,8 +187,11 @@ def _normalize_map(s: str) -> tuple[str, list[int], list[int]]:
     ends: list[int] = []
     space: tuple[int, int] | None = None  # whitespace seen since the last character written
     for i, j in _clusters(s):
-        piece = s[i] if j == i + 1 and s[i].isascii() else unicodedata.normalize("NFKC", s[i:j])
-        for c in piece.casefold():
+        if j == i + 1 and s[i].isascii():
+            piece = s[i].casefold()
+        else:
+            piece = _undot(unicodedata.normalize("NFKC", s[i:j]).casefold())
+        for c in piece:
             if c.isspace():
                 if out and space is None:
                     space = (i, j)
