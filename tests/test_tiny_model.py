@@ -318,22 +318,25 @@ def _resolve_in_subprocess(ref: str, env: dict[str, str], tmp_path: Path) -> sub
 def hanging_up_hub():
     """A local "hub" that accepts every connection and closes it without an answer; counts the connections."""
     server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)  # closing a socket does not wake a blocked accept() on Linux: poll a stop flag
     connections: list[int] = []
+    stop = threading.Event()
 
     def serve() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 conn, _ = server.accept()
-            except OSError:  # the server socket was closed: the test is over
-                return
+            except TimeoutError:
+                continue
             connections.append(1)
             conn.close()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.getsockname()[1]}", connections
-    server.close()
+    stop.set()
     thread.join(5)
+    server.close()
 
 
 # "Fails fast" is pinned by what the hub client does, never by seconds: no request at all when offline, and no
