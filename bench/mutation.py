@@ -9,7 +9,7 @@ suite does not pin. This script runs mutmut and turns its results into one table
   .venv/bin/python bench/mutation.py run 'biocheck.pubmed.*'   # (re)run the mutants of some modules
   .venv/bin/python bench/mutation.py report         # the table of the last run; --json FILE, --survivors FILE
 
-Score = killed / (mutants - judged equivalent). Timeouts count as killed (the mutant made a test
+Score = killed / (mutants - judged equivalent - not yet checked). Timeouts count as killed (the mutant made a test
 hang, and the test's timeout noticed). A mutant with no covering test counts as survived.
 Equivalent mutants (no behaviour can tell them apart) are listed with the reason, by mutant name, in
 the YAML files of bench/mutation_equivalents/; the report says when a listed name is stale.
@@ -83,18 +83,18 @@ def score_table(results: dict[str, str], equivalents: dict[str, str]) -> dict[st
 
 
 def markdown(table: dict[str, dict]) -> str:
-    rows = ["| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| module | mutants | killed | timeout | survived | no tests | equivalent | not checked | score |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     totals: Counter = Counter()
     for module, r in table.items():
         score = "-" if r["score"] is None else f"{100 * r['score']:.1f}%"
         rows.append(f"| `{module}` | {r['mutants']} | {r['killed']} | {r['timeout']} | {r['survived']} | "
-                    f"{r['no_tests']} | {r['equivalent']} | {score} |")
+                    f"{r['no_tests']} | {r['equivalent']} | {r['not_checked']} | {score} |")
         totals.update({k: v for k, v in r.items() if k != "score"})
     counted = totals["mutants"] - totals["equivalent"] - totals["not_checked"]
     overall = (totals["killed"] + totals["timeout"]) / counted if counted else 0.0
     rows.append(f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['timeout']} | {totals['survived']} "
-                f"| {totals['no_tests']} | {totals['equivalent']} | **{100 * overall:.1f}%** |")
+                f"| {totals['no_tests']} | {totals['equivalent']} | {totals['not_checked']} | **{100 * overall:.1f}%** |")
     return "\n".join(rows)
 
 
