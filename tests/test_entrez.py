@@ -30,7 +30,7 @@ from biocheck.pubmed.entrez import EntrezClient
 from biocheck.pubmed.parse import MissingDTDError, XMLParseError, iter_pubmed_records, parse_efetch
 from biocheck.pubmed.ratelimit import RateLimiter, requests_per_second, shared_limiter
 from biocheck.pubmed.store import EvidenceStore
-from biocheck.pubmed.transport import RetryPolicy, parse_retry_after, redact
+from biocheck.pubmed.transport import EutilsTransport, RetryPolicy, parse_retry_after, redact
 from biocheck.pubmed.types import SearchError
 from tests.fake_eutils import CORPUS, FakeArticle, FakeEutils, max_in_window, pubmed_xml
 
@@ -342,8 +342,8 @@ def test_attempts_are_bounded_then_a_clear_search_error(server):
         client.search("aspirin")
     assert len(server.requests_to("esearch")) == 3 and not server.requests_to("efetch")
     message = str(err.value)
-    assert "esearch" in message and "3 attempts" in message and "HTTP 503" in message
-    assert "NCBI_API_KEY" in message  # says how to fix it
+    assert message.startswith("PubMed esearch failed after 3 attempts") and "HTTP 503" in message
+    assert message.endswith(": retry later, set NCBI_API_KEY for a higher rate limit, or use the replay backend offline")
 
 
 def test_timeouts_are_bounded_too(server):
@@ -357,9 +357,13 @@ def test_a_retry_after_beyond_the_cap_fails_at_once(server):
     clock, backoffs = VirtualClock(), []
     server.inject("status", endpoint="esearch", status=429, retry_after="3600")
     with make_client(server, limiter=virtual_limiter(10, clock, []), sleep=clock.recording_sleep(backoffs)) as client:
-        with pytest.raises(SearchError, match="Retry-After"):
+        with pytest.raises(SearchError, match="Retry-After") as err:
             client.search("coffee")
     assert len(server.requests_to("esearch")) == 1 and backoffs == []
+    message = str(err.value)
+    cap = RetryPolicy().max_retry_after  # the client's default
+    assert message.startswith(f"PubMed esearch asked us to wait 3600 s (Retry-After), more than the {cap:.0f} s allowed")
+    assert message.endswith("; NCBI is throttling this client, try again later or set NCBI_API_KEY")  # how to fix it
 
 
 @pytest.mark.parametrize(("retry_after", "waits"), [("5", True), ("5.5", False)])
@@ -380,18 +384,20 @@ def test_a_retry_after_up_to_the_cap_is_waited_for(server, retry_after, waits):
 @pytest.mark.parametrize(
     ("fault", "options", "match"),
     [
-        ("status", {"status": 400}, "HTTP 400"),
-        ("status", {"status": 403}, "HTTP 403"),
-        ("status", {"status": 404}, "HTTP 404"),
-        ("status", {"status": 501}, "HTTP 501"),
-        ("error", {"message": "Invalid query syntax near ')'"}, "Invalid query syntax"),
+        ("status", {"status": 400}, "PubMed esearch refused the request with HTTP 400"),
+        ("status", {"status": 403}, "PubMed esearch refused the request with HTTP 403"),
+        ("status", {"status": 404}, "PubMed esearch refused the request with HTTP 404"),
+        ("status", {"status": 501}, "PubMed esearch refused the request with HTTP 501"),
+        ("error", {"message": "Invalid query syntax near ')'"}, "PubMed esearch rejected the request: Invalid query syntax"),
     ],
 )
 def test_client_errors_are_not_retried(server, fault, options, match):
     server.inject(fault, endpoint="esearch", **options)
-    with make_client(server) as client, pytest.raises(SearchError, match=match):
+    with make_client(server) as client, pytest.raises(SearchError, match=match) as err:
         client.search("aspirin")
     assert len(server.requests) == 1
+    if fault == "status":  # what to check
+        assert str(err.value).endswith("; check the query and the NCBI_API_KEY / BIOCHECK_EUTILS_URL settings")
 
 
 def test_empty_query_is_refused_without_a_request(server):
@@ -627,6 +633,18 @@ def test_api_key_never_reaches_logs_errors_or_the_store(server, caplog, tmp_path
 def test_redact_handles_urls_and_json():
     text = f'POST https://x/esearch.fcgi?api_key={KEY}&term=a {{"api-key":"{KEY}"}}'
     assert KEY not in redact(text, KEY) and KEY not in redact(text, None)
+    assert redact(text, None) == 'POST https://x/esearch.fcgi?api_key=***&term=a {"api-key":"***"}'
+    assert redact(f"invalid key {KEY}.", KEY) == "invalid key ***."  # unlabelled: only the known key can go
+
+
+def test_the_transport_redacts_its_own_key_wherever_it_appears():
+    # An error text may hold the key without an `api_key=` label (an echoed body, a proxy's message).
+    identity = {"api_key": KEY, "tool": "biocheck", "email": ""}
+    transport = EutilsTransport("http://x", identity, RateLimiter(10), timeout=1.0, policy=RetryPolicy())
+    try:
+        assert transport.redact(f"key {KEY} refused") == "key *** refused"
+    finally:
+        transport.close()
 
 
 # ---------------------------------------------------------------------------- parsing and baseline files

@@ -261,3 +261,27 @@ def test_one_row_more_or_less_fails_naming_dataset_expected_and_actual(tmp_path,
     assert _failed(result) == [(table, None, "expect_table_row_count_to_equal")]
     assert _summary_line(result, table) == (f"  - {table}: expect_table_row_count_to_equal "
                                             f"(value={OFFICIAL[key]}): observed {OFFICIAL[key] + delta}")
+
+
+# --- files without ids -----------------------------------------------------------------------------
+
+def test_claims_without_an_id_column_are_reported_not_a_crash(prepared, tmp_path, capfd):
+    # e.g. an upstream rename of "id": every rule still runs; the bad label is shown by value.
+    def drop_ids(rows):
+        for r in rows:
+            r.pop("id")
+        rows[1]["label"] = "MAYBE"
+    _rewrite(prepared / "full" / "healthfc.jsonl", drop_ids)
+    _rewrite(prepared / "healthfc" / "test.jsonl", drop_ids)
+    capfd.readouterr()
+    result, _ = _validate(prepared, tmp_path)
+    failed = _failed(result)
+    for table in ("healthfc/full", "healthfc/working"):
+        assert (table, "id", "expect_column_to_exist") in failed
+        assert (table, "label", "expect_column_values_to_be_in_set") in failed
+        assert (table, "dataset", "expect_column_values_to_be_in_set") not in failed  # the other rules ran
+    assert ("healthfc/working", "split_id", "expect_column_values_to_be_in_set") in failed
+    assert "healthfc/full, column 'label': expect_column_values_to_be_in_set" in result.summary()
+    assert "1 of 7 rows, e.g. 'MAYBE'" in _summary_line(result, "healthfc/full, column 'label'")
+    assert not {t for t, _, _ in failed} - {"healthfc/full", "healthfc/working"}
+    assert capfd.readouterr().err == ""  # no progress bars over our own output

@@ -170,7 +170,8 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
                     work_rows.append({**r, "file_split": split})
         work = _claims_frame(work_rows)
         if len(work):
-            work["split_id"] = work["file_split"].astype(str) + ":" + work["id"].astype(str)
+            if "id" in work.columns:  # else the id rules report it, and split_id is missing too
+                work["split_id"] = work["file_split"].astype(str) + ":" + work["id"].astype(str)
             # dropna: a row without id/split is reported by the not-null rules, not a TypeError here.
             full_keys = sorted((full["split"].astype(str) + ":" + full["id"].astype(str)).dropna().tolist()) \
                 if {"id", "split"} <= set(full.columns) else []
@@ -206,6 +207,8 @@ def _check_from_result(table: Table, r, cfg: ValidateConfig) -> dict[str, Any]:
             col = check["column"]
             seen = []
             for item in res.get("unexpected_index_list") or []:
+                if not isinstance(item, dict):  # a bare row number: the table has no id column
+                    continue
                 e = {"id": _plain_value(item.get("id")), "value": _plain_value(item.get(col))}
                 if e not in seen:
                     seen.append(e)
