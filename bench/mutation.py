@@ -98,12 +98,12 @@ def markdown(table: dict[str, dict]) -> str:
     return "\n".join(rows)
 
 
-def survivors_text(results: dict[str, str], equivalents: dict[str, str], root: Path) -> str:
+def survivors_text(results: dict[str, str], equivalents: dict[str, str], where: dict[str, Path]) -> str:
     """Every undetected mutant with its diff (`mutmut show`), for review."""
     out = []
     for name, status in sorted(results.items()):
         if status in ("survived", "no tests") and name not in equivalents:
-            diff = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=root,
+            diff = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=where[name],
                                   capture_output=True, text=True).stdout
             out.append(f"## {name} ({status})\n{diff.strip()}\n")
     return "\n".join(out)
@@ -117,24 +117,33 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--max-children", type=int, default=2)
     rep = sub.add_parser("report", help="the per-module table of the last run")
     for p in (run, rep):
-        p.add_argument("--root", type=Path, default=REPO, help="where mutmut runs (holds pyproject.toml, mutants/)")
+        p.add_argument("--root", type=Path, action="append",
+                       help="where mutmut ran (holds mutants/); repeat to merge runs of separate module groups "
+                            "(default: the repository)")
         p.add_argument("--json", type=Path, help="also write the table as JSON here")
         p.add_argument("--survivors", type=Path, help="write every surviving mutant's diff here")
     args = ap.parse_args(argv)
+    roots = args.root or [REPO]
 
     if args.cmd == "run":
         cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *args.patterns]
-        proc = subprocess.run(cmd, cwd=args.root)
+        proc = subprocess.run(cmd, cwd=roots[0])
         if proc.returncode not in (0, 1):  # mutmut exits 1 when mutants survived
             print(f"mutmut failed (exit {proc.returncode}); see the output above", file=sys.stderr)
             return proc.returncode
-    mutants = args.root / "mutants"
-    if not mutants.is_dir():
-        print(f"no mutation results in {mutants}: run `make mutation` first", file=sys.stderr)
-        return 2
-    results, equivalents = load_results(mutants), load_equivalents()
+    results: dict[str, str] = {}
+    where: dict[str, Path] = {}  # mutant -> the run that holds it (for `mutmut show`)
+    for root in roots:
+        if not (root / "mutants").is_dir():
+            print(f"no mutation results in {root / 'mutants'}: run `make mutation` first", file=sys.stderr)
+            return 2
+        found = load_results(root / "mutants")
+        results.update(found)
+        where.update(dict.fromkeys(found, root))
+    equivalents = load_equivalents()
     measured = {module_of(n) for n in results}  # a partial run says nothing of the other modules
-    stale = sorted(n for n in equivalents if module_of(n) in measured and results.get(n) != "survived")
+    stale = sorted(n for n in equivalents if module_of(n) in measured
+                   and results.get(n) not in ("survived", "not checked"))
     table = score_table(results, equivalents)
     print(markdown(table))
     if stale:
@@ -143,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(table, indent=2) + "\n")
     if args.survivors:
-        args.survivors.write_text(survivors_text(results, equivalents, args.root))
+        args.survivors.write_text(survivors_text(results, equivalents, where))
     return 0
 
 
