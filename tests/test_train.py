@@ -157,9 +157,160 @@ def test_a_changed_reward_starts_afresh_and_an_unchanged_one_resumes(tmp_path):
 
 
 def test_each_checkpoint_needs_a_validation_reward():
-    with pytest.raises(ValueError, match="save_steps"):
-        TrainConfig(save_steps=15, eval_steps=10)
+    for save, ev in ((15, 10), (10, 20)):  # 10/20: checkpoint-10 would have no evaluation
+        with pytest.raises(ValueError, match=r"train.save_steps must be a multiple of train.eval_steps \(each "
+                                             r"checkpoint needs a validation reward\)"):
+            TrainConfig(save_steps=save, eval_steps=ev)
+    for save, ev in ((0, 10), (10, 0), (-10, 5)):
+        with pytest.raises(ValueError, match=rf"train.save_steps={save}, train.eval_steps={ev}: both must be >= 1"):
+            TrainConfig(save_steps=save, eval_steps=ev)
     assert TrainConfig(save_steps=20, eval_steps=10).save_steps == 20
+    assert TrainConfig(save_steps=1, eval_steps=1).eval_steps == 1
+    assert TrainConfig(out_dir="runs/x").out_dir == Path("runs/x")
+
+
+def test_build_components_reads_every_section_and_the_overrides():
+    from biocheck.config import agent_config, model_config, reward_config, search_config, train_config
+
+    params = _params(judge="openai:j", judge_cache="somewhere/j.sqlite")
+    params["train"]["search_backend"] = "replay"
+    params["data"]["out_dir"] = "elsewhere/prepared"
+    c = build_components(params, max_steps=3)
+    assert c["train"] == train_config(params, max_steps=3) and c["train"].max_steps == 3
+    assert c["search"] == search_config(params, backend="replay") and c["search"].backend == "replay"
+    assert c["agent"] == agent_config(params) and c["model"] == model_config(params)
+    assert (c["reward"], c["judge_spec"], c["judge_cache"]) == reward_config(params)
+    assert c["prepared"] == Path("elsewhere/prepared")
+    assert c["prompts"] == Prompts(max_searches=c["agent"].max_searches, papers_per_search=c["search"].max_results)
+    del params["data"]["out_dir"]
+    assert build_components(params)["prepared"] == Path("data/prepared")
+
+
+def test_fingerprint_inputs_is_a_short_order_free_hash():
+    from biocheck.train.grpo import fingerprint_inputs
+
+    key = fingerprint_inputs({"a": 1, "b": [2, 3]})
+    assert len(key) == 16 and set(key) <= set("0123456789abcdef")
+    assert fingerprint_inputs({"b": [2, 3], "a": 1}) == key  # key order does not matter
+    assert fingerprint_inputs({"a": 1, "b": [3, 2]}) != key
+    assert fingerprint_inputs({"p": Path("models/x")}) == fingerprint_inputs({"p": "models/x"})  # paths as text
+
+
+def test_checkpoints_without_a_run_key_are_not_resumed_and_parents_are_made(tmp_path):
+    out = tmp_path / "ckpt"
+    _checkpoint_dirs(out, [5])  # left by an unknown run: no run_key.json
+    assert prepare_out_dir(out, "key-a") is None and not (out / "checkpoint-5").exists()
+    nested = tmp_path / "a" / "b" / "ckpt"
+    assert prepare_out_dir(nested, "key-a") is None
+    assert json.loads((nested / "run_key.json").read_text()) == {"key": "key-a"}
+
+
+# --- the GRPO trainer's configuration --------------------------------------------------------------
+
+GRPO_VALUES = dict(num_generations=2, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                   learning_rate=3e-6, beta=0.04, epsilon=0.3, loss_type="grpo", max_steps=7, save_steps=4,
+                   eval_steps=2, logging_steps=3, max_completion_length=321, temperature=0.7, seed=11,
+                   gradient_checkpointing=False, bf16=False, use_vllm=False, vllm_mode="server",
+                   num_generations_eval=2, eval_on_start=False)
+
+
+def test_grpo_config_carries_every_field_and_the_fixed_settings(tmp_path):
+    import torch
+
+    assert set(GRPO_VALUES) == set(TrainConfig.GRPO_FIELDS)
+    cfg = TrainConfig(out_dir=tmp_path / "ckpt", **GRPO_VALUES)
+    args = cfg.grpo_config(tmp_path / "out", 5, [])
+    assert cfg.grpo_config(tmp_path / "o2", 5, ["mlflow"]).report_to == ["mlflow"]
+    assert {k: getattr(args, k) for k in TrainConfig.GRPO_FIELDS} == GRPO_VALUES
+    assert args.output_dir == str(tmp_path / "out") and args.max_tool_calling_iterations == 5
+    assert (args.eval_strategy, args.save_strategy) == ("steps", "steps")
+    assert args.per_device_eval_batch_size == 4  # evaluation batches as large as training ones
+    assert args.use_cpu is (not torch.cuda.is_available()) and args.report_to == []
+    assert (args.save_only_model, args.log_completions, args.remove_unused_columns) == (False, False, False)
+    # a field left unset (None) keeps TRL's own default
+    from trl import GRPOConfig
+
+    unset = TrainConfig(**{**GRPO_VALUES, "num_generations_eval": None}).grpo_config(tmp_path / "o", 1, [])
+    default = GRPOConfig(output_dir=str(tmp_path / "d"), use_cpu=True, bf16=False).num_generations_eval
+    assert unset.num_generations_eval == default and unset.num_generations == 2
+
+
+class _Bank:
+    def functions(self):
+        return ["f_outcome", "f_search"]
+
+    def weights(self):
+        return [1.0, 0.25]
+
+
+def _fake_trl(monkeypatch):
+    import trl
+
+    class FakeGRPOTrainer:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+    monkeypatch.setattr(trl, "GRPOTrainer", FakeGRPOTrainer)
+    return FakeGRPOTrainer
+
+
+def test_make_trainer_hands_trl_the_bank_environment_and_config(tmp_path, monkeypatch):
+    from biocheck.train.grpo import TimedMixin, make_trainer
+
+    fake = _fake_trl(monkeypatch)
+    monkeypatch.delenv("TRL_EXPERIMENTAL_SILENCE", raising=False)
+    cfg = TrainConfig(out_dir=tmp_path / "ckpt", **GRPO_VALUES)
+    model, tok, train_ds, eval_ds, factory, cb = object(), object(), object(), object(), object(), object()
+    trainer = make_trainer(model, tok, cfg, train_ds, eval_ds, factory, _Bank(), 6, [], callbacks=[cb])
+    assert isinstance(trainer, TimedMixin) and isinstance(trainer, fake)
+    assert os.environ["TRL_EXPERIMENTAL_SILENCE"] == "1"
+    k = trainer.kwargs
+    assert (k["model"], k["processing_class"], k["train_dataset"], k["eval_dataset"], k["environment_factory"]) == (
+        model, tok, train_ds, eval_ds, factory)
+    assert k["reward_funcs"] == ["f_outcome", "f_search"] and k["args"].reward_weights == [1.0, 0.25]
+    assert k["args"].output_dir == str(tmp_path / "ckpt") and k["args"].max_tool_calling_iterations == 6
+    assert k["args"].max_steps == 7 and k["args"].report_to == []
+    assert k["peft_config"] is None and k["callbacks"] == [cb]
+    assert make_trainer(model, tok, cfg, train_ds, eval_ds, factory, _Bank(), 6, []).kwargs["callbacks"] == []
+
+
+def test_make_trainer_with_lora_builds_a_causal_lm_adapter(tmp_path, monkeypatch):
+    import types
+
+    from biocheck.train.grpo import make_trainer
+
+    _fake_trl(monkeypatch)
+    peft = types.ModuleType("peft")
+    peft.LoraConfig = lambda **kw: ("LoraConfig", kw)
+    monkeypatch.setitem(sys.modules, "peft", peft)
+    cfg = TrainConfig(out_dir=tmp_path, lora={"r": 4, "lora_alpha": 8}, **GRPO_VALUES)
+    trainer = make_trainer(object(), object(), cfg, None, None, None, _Bank(), 1, [])
+    assert trainer.kwargs["peft_config"] == ("LoraConfig", {"task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8})
+
+
+def test_generation_time_is_logged_per_mode(monkeypatch):
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    import biocheck.train.grpo as g
+
+    class Base:
+        def _generate_and_score_completions(self, inputs):
+            self.inputs = inputs
+            return {"scored": inputs}
+
+    class Timed(g.TimedMixin, Base):
+        def __init__(self, training: bool):
+            self.model = SimpleNamespace(training=training)
+            self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    ticks = iter([10.0, 12.5, 20.0, 20.25])
+    monkeypatch.setattr(g, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    train, ev = Timed(True), Timed(False)
+    assert train._generate_and_score_completions(["batch"]) == {"scored": ["batch"]} and train.inputs == ["batch"]
+    assert ev._generate_and_score_completions(["b2"]) == {"scored": ["b2"]}
+    assert dict(train._metrics["train"]) == {"time/generation_s": [2.5]} and not train._metrics["eval"]
+    assert dict(ev._metrics["eval"]) == {"time/generation_s": [0.25]} and not ev._metrics["train"]
 
 
 # --- selection ------------------------------------------------------------------------------------
@@ -167,7 +318,9 @@ def test_each_checkpoint_needs_a_validation_reward():
 def _fake_checkpoints(root: Path, rewards: dict[int, float], start: float | None = 0.1) -> Path:
     history = [{"step": 0, "eval_reward": start}] if start is not None else []
     for step, r in rewards.items():
-        history += [{"step": step, "reward": r - 0.05}, {"step": step, "eval_reward": r, "eval_rewards/outcome/mean": r / 2}]
+        history += [{"step": step, "reward": r - 0.05},
+                    {"step": step, "eval_reward": r, "eval_rewards/outcome/mean": r / 2,
+                     "eval_rewards/outcome/std": 0.01, "eval_completions/mean": 99.0}]
     for step in rewards:
         d = root / f"checkpoint-{step}"
         d.mkdir(parents=True)
@@ -183,12 +336,16 @@ def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ckpts = _fake_checkpoints(tmp_path / "ckpt", {10: 0.2, 20: 0.5, 30: 0.5, 40: 0.3})
     rows, _ = checkpoint_table(ckpts)
-    assert [r["step"] for r in rows] == [10, 20, 30, 40] and rows[1]["outcome"] == 0.25
+    assert [r["step"] for r in rows] == [10, 20, 30, 40]
+    # each component's validation mean, by name; other logged numbers are left out
+    assert rows[1] == {"step": 20, "checkpoint": str(ckpts / "checkpoint-20"), "eval_reward": 0.5, "outcome": 0.25}
     assert choose(rows)["step"] == 20
     cfg = SelectConfig(checkpoints=ckpts, out_dir=tmp_path / "selected", metrics_path=tmp_path / "sel.json",
                        curve_path=tmp_path / "curve.csv", registered_model="biocheck-test")
     result = select(cfg)
     assert result["selected_step"] == 20 and result["start_eval_reward"] == 0.1
+    assert result["selected_eval_reward"] == 0.5
+    assert json.loads((tmp_path / "selected" / "selection.json").read_text()) == rows[1]  # what was chosen, and why
     assert (tmp_path / "selected" / "model.safetensors").read_bytes() == b"w20"
     assert not (tmp_path / "selected" / "optimizer.pt").exists()
     assert json.loads((tmp_path / "sel.json").read_text())["table"][2]["eval_reward"] == 0.5
@@ -197,10 +354,24 @@ def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
 
     from biocheck.tracking import tracking_uri
 
-    mv = MlflowClient(tracking_uri()).get_model_version_by_alias("biocheck-test", "champion")
-    assert mv.tags["step"] == "20" and mv.source.endswith("selected")
+    client = MlflowClient(tracking_uri())
+    mv = client.get_model_version_by_alias("biocheck-test", "champion")
+    assert mv.tags["step"] == "20" and mv.tags["eval_reward"] == "0.5" and mv.source.endswith("selected")
+    run = client.get_run(mv.run_id)  # the selection is its own tracked run
+    assert run.info.run_name == "select" and run.data.tags["stage"] == "select"
+    assert run.data.params == {"selected_step": "20"}
+    assert run.data.metrics == {"selected_eval_reward": 0.5, "selected_step": 20.0}
+    assert client.get_registered_model("biocheck-test").description == "BioCheck agent policy (EG-GRPO)"
+    assert result["registered"] == {"name": "biocheck-test", "version": mv.version, "alias": "champion"}
     select(cfg)  # a second selection is a new version, and takes the alias
     assert str(MlflowClient(tracking_uri()).get_model_version_by_alias("biocheck-test", "champion").version) == "2"
+
+
+def test_a_checkpoint_name_with_more_dashes_is_read_by_its_last_number(tmp_path):
+    ckpts = _fake_checkpoints(tmp_path / "ckpt", {5: 0.3})
+    (ckpts / "checkpoint-5").rename(ckpts / "checkpoint-run-a-5")  # still a finished checkpoint of step 5
+    rows, _ = checkpoint_table(ckpts)
+    assert [(r["step"], r["eval_reward"]) for r in rows] == [(5, 0.3)]
 
 
 def test_checkpoints_are_ordered_by_step_and_read_from_the_latest_state(tmp_path):
@@ -208,8 +379,8 @@ def test_checkpoints_are_ordered_by_step_and_read_from_the_latest_state(tmp_path
     rows, history = checkpoint_table(ckpts)
     assert [r["step"] for r in rows] == [9, 10]  # not by name ("checkpoint-10" < "checkpoint-9")
     # the numerically latest state holds every evaluation; checkpoint-9's state stops before step 10
-    assert [r["eval_reward"] for r in rows] == [0.4, 0.6] and history[-1] == {"step": 10, "eval_reward": 0.6,
-                                                                                 "eval_rewards/outcome/mean": 0.3}
+    assert [r["eval_reward"] for r in rows] == [0.4, 0.6]
+    assert history[-1]["step"] == 10 and history[-1]["eval_reward"] == 0.6
     assert choose(rows)["step"] == 10
 
 
@@ -232,12 +403,16 @@ def test_choose_best_validation_reward_rules():
     assert choose(rows((30, 0.5), (20, 0.5), (40, 0.5)))["step"] == 20  # ties: the earliest step, in any order
     assert choose(rows((10, -1.0), (20, -0.25), (30, None)))["step"] == 20  # negative rewards: still the highest
     assert choose(rows((10, 0.0), (20, None)))["step"] == 10  # 0.0 is a reward, not a missing one
-    with pytest.raises(InputError, match="save_steps"):
+    with pytest.raises(InputError, match=r"^no checkpoint has a validation reward \(set train.save_steps to a "
+                                         r"multiple of train.eval_steps\).$"):
         choose(rows((10, None), (20, None)))
 
 
 def test_selection_without_a_start_evaluation_and_the_reward_curve(tmp_path):
     ckpts = _fake_checkpoints(tmp_path / "ckpt", {9: 0.25, 10: 0.5}, start=None)
+    state = ckpts / "checkpoint-10" / "trainer_state.json"
+    logged = json.loads(state.read_text())["log_history"]
+    state.write_text(json.dumps({"log_history": [*logged, {"step": 11, "reward": 0.125}]}))  # trained, not evaluated
     cfg = SelectConfig(checkpoints=ckpts, out_dir=tmp_path / "selected", metrics_path=tmp_path / "sel.json",
                        curve_path=tmp_path / "curve.csv", register=False)
     result = select(cfg)
@@ -248,7 +423,7 @@ def test_selection_without_a_start_evaluation_and_the_reward_curve(tmp_path):
                  str(next(h["eval_reward"] for h in history if h["step"] == step and "eval_reward" in h))]
                 for step in (9, 10)]  # by step as a number
     with open(tmp_path / "curve.csv", newline="") as f:
-        assert list(csv.reader(f)) == [["step", "train_reward", "eval_reward"], *expected]
+        assert list(csv.reader(f)) == [["step", "train_reward", "eval_reward"], *expected, ["11", "0.125", ""]]
 
 
 def test_select_with_only_unfinished_checkpoints_explains(tmp_path):
@@ -260,6 +435,230 @@ def test_select_with_only_unfinished_checkpoints_explains(tmp_path):
 def test_select_without_checkpoints_explains(tmp_path):
     with pytest.raises(InputError, match="biocheck train"):
         select(SelectConfig(checkpoints=tmp_path))
+
+
+# --- the train stage's wiring, in process: the heavy parts (models, TRL, SFT) replaced by recorders ---------
+
+class _Loaded:
+    """A stand-in tokenizer or model: remembers where it was loaded from; save_pretrained leaves its file."""
+
+    def __init__(self, kind: str, path) -> None:
+        self.kind, self.path, self.padding_side = kind, Path(path), "right"
+
+    def save_pretrained(self, d) -> None:
+        name = "config.json" if self.kind == "model" else "tokenizer.json"
+        (Path(d) / name).write_text(json.dumps({"from": str(self.path)}))
+
+
+class _Trainer:
+    def __init__(self, history: list[dict], steps: int) -> None:
+        from types import SimpleNamespace
+
+        self.state = SimpleNamespace(log_history=history, global_step=steps)
+        self.resumed: list = []
+
+    def train(self, resume_from_checkpoint=None):
+        from types import SimpleNamespace
+
+        self.resumed.append(resume_from_checkpoint)
+        return SimpleNamespace(training_loss=0.125)
+
+
+class _Wiring:
+    """Records every call `train` makes into the pieces it wires together."""
+
+    HISTORY = [{"step": 0, "eval_reward": 0.25}, {"step": 1, "loss": 0.5, "reward": 0.1},
+               {"step": 1, "eval_reward": 0.5}, {"step": 2, "loss": 0.4}, {"step": 2, "eval_reward": 0.75}]
+    SFT_STATS = {"loss": 0.5, "examples": 2}
+
+    def __init__(self, monkeypatch, tmp_path: Path) -> None:
+        import contextlib
+
+        import transformers
+
+        import biocheck.agent.llm.transformers_backend as tb
+        import biocheck.data.prepare as prep
+        import biocheck.pubmed.search as search_mod
+        import biocheck.rewards.judge as judge_mod
+        import biocheck.train.data as data_mod
+        import biocheck.train.demos as demos_mod
+        import biocheck.train.grpo as grpo_mod
+        import biocheck.train.sft as sft_mod
+        from biocheck import tracking
+        from biocheck.data.schema import ClaimRecord, CorpusDoc
+
+        self.tmp = tmp_path
+        self.loads, self.splits, self.corpus_dirs, self.fingerprinted, self.tools = [], [], [], [], []
+        self.demos, self.sft, self.trainers, self.runs, self.metrics, self.judges = [], [], [], [], [], []
+        self.tool, self.judge = object(), object()
+        self.tracking_on = True
+        self.history, self.steps = list(self.HISTORY), 4
+        self.records = {split: [ClaimRecord(id=f"{split[0]}{i}", dataset="scifact", split=split,
+                                            claim=f"{split} claim {i}", label="SUPPORTED") for i in range(1, n + 1)]
+                        for split, n in (("train", 2), ("val", 1))}
+        self.doc = CorpusDoc(id="d1", title="T", abstract=["A."])
+
+        def auto(kind):
+            class Auto:
+                @staticmethod
+                def from_pretrained(path):
+                    self.loads.append((kind, Path(path)))
+                    return _Loaded(kind, path)
+            return Auto
+
+        monkeypatch.setattr(transformers, "AutoTokenizer", auto("tokenizer"))
+        monkeypatch.setattr(transformers, "AutoModelForCausalLM", auto("model"))
+        monkeypatch.setattr(tb, "model_fingerprint",
+                            lambda p: self.fingerprinted.append(Path(p)) or f"fp:{Path(p).name}")
+        monkeypatch.setattr(prep, "load_split", lambda ds, split, d: self.splits.append((ds, split, Path(d)))
+                            or self.records[split])
+        monkeypatch.setattr(prep, "load_corpus", lambda d: self.corpus_dirs.append(Path(d)) or [self.doc])
+        monkeypatch.setattr(search_mod, "search_tool", lambda cfg: self.tools.append(cfg) or self.tool)
+        monkeypatch.setattr(demos_mod, "demonstration", self._demo)
+        monkeypatch.setattr(sft_mod, "train_sft", lambda model, tok, convs, cfg, seed, progress: self.sft.append(
+            (model, tok, convs, cfg, seed, progress)) or dict(self.SFT_STATS))
+        monkeypatch.setattr(data_mod, "to_dataset", lambda recs, prompts: ("dataset", [r.id for r in recs], prompts))
+        monkeypatch.setattr(grpo_mod, "make_trainer", self._make_trainer)
+        monkeypatch.setattr(judge_mod, "make_judge",
+                            lambda spec, cache: self.judges.append((spec, cache)) or self.judge)
+
+        @contextlib.contextmanager
+        def run(stage, params=None):
+            self.runs.append((stage, params))
+            yield object() if self.tracking_on else None
+
+        monkeypatch.setattr(tracking, "enabled", lambda: self.tracking_on)
+        monkeypatch.setattr(tracking, "run", run)
+        monkeypatch.setattr(tracking, "log_metrics", lambda m: self.metrics.append(m))
+
+    def _demo(self, record, env, corpus, max_searches):
+        self.demos.append((record.id, env, corpus, max_searches))
+        return [{"role": "assistant", "content": f"demo of {record.id}"}]
+
+    def _make_trainer(self, model, tokenizer, cfg, train_ds, eval_ds, env_factory, bank, max_tool_iters, report_to,
+                      callbacks=None):
+        trainer = _Trainer(self.history, self.steps)
+        self.trainers.append({"model": model, "tokenizer": tokenizer, "cfg": cfg, "train_ds": train_ds,
+                              "eval_ds": eval_ds, "env_factory": env_factory, "bank": bank,
+                              "max_tool_iters": max_tool_iters, "report_to": report_to, "callbacks": callbacks,
+                              "trainer": trainer})
+        return trainer
+
+    def params(self, sft: bool = True) -> dict:
+        params = yaml.safe_load((REPO / "params.yaml").read_text())
+        params["data"]["out_dir"] = str(self.tmp / "prepared")
+        params["model"]["out_dir"] = str(self.tmp / "base")
+        params["agent"].update(max_searches=2, max_refusals=1, abstract_chars=123)
+        params["reward"].update(judge="openai:judge-x", judge_cache=str(self.tmp / "judge.sqlite"))
+        params["train"].update(out_dir=str(self.tmp / "ckpt"), metrics_path=str(self.tmp / "metrics" / "train.json"),
+                               seed=7, sample_episodes=3, logging_steps=2, save_steps=2, eval_steps=2,
+                               sft={"enabled": sft, "epochs": 1})
+        return params
+
+
+@pytest.fixture
+def wiring(monkeypatch, tmp_path):
+    return _Wiring(monkeypatch, tmp_path)
+
+
+def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
+    from biocheck.agent.prompts import prompt_hash
+    from biocheck.config import plain
+    from biocheck.train.callbacks import SampleEpisodes
+    from biocheck.train.data import prompt_messages
+    from biocheck.train.rewards import RewardBank
+    from biocheck.train.sft import SFTConfig
+    from biocheck.train.stage import train
+
+    params = wiring.params()
+    c = build_components(params)
+    base, out, sft_dir = wiring.tmp / "base", wiring.tmp / "ckpt", wiring.tmp / "ckpt" / "sft"
+    stats = train(params)
+
+    # data, run key and search tool come from the params
+    prepared = wiring.tmp / "prepared"
+    assert wiring.splits == [("scifact", "train", prepared), ("scifact", "val", prepared)]
+    assert wiring.fingerprinted == [base]
+    key = run_key(c, "fp:base", ["t1", "t2"], ["v1"])
+    assert json.loads((out / "run_key.json").read_text()) == {"key": key}
+    assert wiring.tools == [c["search"]]
+    # SFT warm start: demonstrations in the agent's environment, saved under <out_dir>/sft
+    assert wiring.corpus_dirs == [prepared]
+    assert [(rid, type(env), env._tool, env._max, env._chars, env._prompts, corpus, n)
+            for rid, env, corpus, n in wiring.demos] == [
+        (rid, SearchEnv, wiring.tool, 2, 123, c["prompts"], {"d1": wiring.doc}, 2) for rid in ("t1", "t2")]
+    [(sft_model, sft_tok, convs, sft_cfg, seed, progress)] = wiring.sft
+    assert (sft_model.kind, sft_model.path, sft_tok.kind, sft_tok.path) == ("model", base, "tokenizer", base)
+    assert convs == [prompt_messages(c["prompts"], r.claim) + [{"role": "assistant", "content": f"demo of {r.id}"}]
+                     for r in wiring.records["train"]]
+    assert sft_cfg == SFTConfig(enabled=True, epochs=1) and seed == 7 and progress is True
+    assert json.loads((sft_dir / "config.json").read_text()) == {"from": str(base)}
+    assert json.loads((sft_dir / "tokenizer.json").read_text()) == {"from": str(base)}
+    assert json.loads((sft_dir / "sft_stats.json").read_text()) == wiring.SFT_STATS
+    # GRPO starts from the SFT weights, with a left-padding tokenizer
+    assert wiring.loads == [("tokenizer", base), ("model", base), ("tokenizer", sft_dir), ("model", sft_dir)]
+    [t] = wiring.trainers
+    assert (t["model"].kind, t["model"].path) == ("model", sft_dir)
+    assert (t["tokenizer"].kind, t["tokenizer"].path, t["tokenizer"].padding_side) == ("tokenizer", sft_dir, "left")
+    assert t["cfg"] == c["train"]
+    assert t["train_ds"] == ("dataset", ["t1", "t2"], c["prompts"])
+    assert t["eval_ds"] == ("dataset", ["v1"], c["prompts"])
+    env = t["env_factory"]()
+    assert (type(env), env._tool, env._prompts, env._max, env._chars) == (SearchEnv, wiring.tool, c["prompts"], 2, 123)
+    assert isinstance(t["bank"], RewardBank) and t["bank"].cfg == c["reward"] and t["bank"].judge is wiring.judge
+    assert wiring.judges == [("openai:judge-x", str(wiring.tmp / "judge.sqlite"))]
+    assert t["max_tool_iters"] == 2 + 1  # the search budget plus the refusals after it
+    assert t["report_to"] == ["mlflow"]
+    [cb] = t["callbacks"]
+    assert isinstance(cb, SampleEpisodes) and cb.bank is t["bank"] and (cb.n, cb.every) == (3, 2 * 5)
+    assert t["trainer"].resumed == [None]
+    # tracked: the run's params and the SFT numbers
+    assert wiring.runs == [("train", {"train": plain(c["train"]), "agent": plain(c["agent"]),
+                                      "reward": plain(c["reward"]), "judge": "openai:judge-x",
+                                      "prompt_hash": prompt_hash(), "run_key": key, "start": str(sft_dir)})]
+    assert wiring.metrics == [{"sft.loss": 0.5, "sft.examples": 2}]
+    assert stats == {"steps": 4, "train_loss": 0.125, "resumed_from": None, "eval_reward_start": 0.25,
+                     "eval_reward_last": 0.75, "sft": wiring.SFT_STATS}
+    assert json.loads((wiring.tmp / "metrics" / "train.json").read_text()) == {
+        k: v for k, v in stats.items() if k not in ("sft", "resumed_from")}
+
+
+def test_train_resumes_and_reuses_the_sft_weights(wiring):
+    from biocheck.train.stage import train
+
+    params = wiring.params()
+    train(params, progress=False)
+    out, sft_dir = wiring.tmp / "ckpt", wiring.tmp / "ckpt" / "sft"
+    _checkpoint_dirs(out, [2])
+    wiring.loads.clear()
+    wiring.tracking_on, wiring.history, wiring.steps = False, [{"step": 3, "loss": 0.1}], 3
+    stats = train(params, progress=False)
+    assert len(wiring.sft) == 1  # the SFT weights are there: not trained again
+    assert wiring.loads == [("tokenizer", sft_dir), ("model", sft_dir)]
+    t = wiring.trainers[-1]
+    assert t["trainer"].resumed == [str(out / "checkpoint-2")] and t["report_to"] == []
+    assert len(wiring.metrics) == 1  # tracking off: no SFT numbers logged this time
+    assert stats == {"steps": 3, "train_loss": 0.125, "resumed_from": str(out / "checkpoint-2"),
+                     "eval_reward_start": None, "eval_reward_last": None, "sft": wiring.SFT_STATS}
+    assert json.loads((wiring.tmp / "metrics" / "train.json").read_text()) == {
+        "steps": 3, "train_loss": 0.125, "eval_reward_start": None, "eval_reward_last": None}
+    (sft_dir / "sft_stats.json").unlink()  # an SFT folder from before the stats were saved
+    assert train(params, progress=False)["sft"] == {}
+
+
+def test_train_without_sft_starts_from_the_base_model(wiring):
+    from biocheck.train.stage import train
+
+    params = wiring.params(sft=False)
+    params["train"]["metrics_path"] = None
+    stats = train(params, progress=False, max_steps=3)
+    assert wiring.trainers[-1]["cfg"].max_steps == 3  # keyword overrides reach the train config
+    base = wiring.tmp / "base"
+    assert wiring.sft == [] and wiring.demos == [] and wiring.corpus_dirs == []
+    assert wiring.loads == [("tokenizer", base), ("model", base)]
+    assert wiring.runs[0][1]["start"] == str(base) and not (wiring.tmp / "ckpt" / "sft").exists()
+    assert stats["sft"] == {} and wiring.metrics == [{}]
+    assert not (wiring.tmp / "metrics").exists()  # metrics_path null: no metrics file
 
 
 # --- the real loop: tiny model, a few steps, killed and resumed -----------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from biocheck.pubmed.types import Article
-from biocheck.rewards.judge_base import KEYS, Judge, Pair, Scores, clean_scores
+from biocheck.rewards.judge_base import KEYS, Judge, JudgeError, Pair, Scores, clean_scores
 from biocheck.sqlite_db import SQLiteDB
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,8 @@ class CachedJudge:
                 todo[key] = pair
         if todo:
             fresh = [clean_scores(s) for s in self.judge.score(list(todo.values()))]
+            if len(fresh) != len(todo):  # say so here: a short answer must not be cached against the wrong pairs
+                raise JudgeError(f"judge {self.judge.spec} returned {len(fresh)} scores for {len(todo)} pairs")
             new = dict(zip(todo, fresh, strict=True))
             self.cache.put_many(new)
             known.update(new)

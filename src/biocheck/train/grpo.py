@@ -52,7 +52,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
-        if self.save_steps % self.eval_steps and self.eval_steps % self.save_steps:
+        if self.save_steps < 1 or self.eval_steps < 1:
+            raise ValueError(f"train.save_steps={self.save_steps}, train.eval_steps={self.eval_steps}: "
+                             "both must be >= 1")
+        if self.save_steps % self.eval_steps:  # eval_steps=20, save_steps=10 would leave checkpoint-10 unscored
             raise ValueError("train.save_steps must be a multiple of train.eval_steps (each checkpoint needs "
                              "a validation reward)")
 
@@ -86,6 +89,7 @@ class TimedMixin:
 
 
 def fingerprint_inputs(payload: dict[str, Any]) -> str:
+    """16 hex digits of sha256 over the payload as JSON with sorted keys (other values, e.g. paths, as str)."""
     import hashlib
 
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
