@@ -23,7 +23,7 @@ from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, TOOL_SCHEMA, format_results
 from biocheck.pubmed.search import ToolOutput, article_dict
 from biocheck.pubmed.types import Article
-from tests.test_agent import REPORT, search
+from tests.test_agent import REPORT
 
 A1 = Article(pmid="1", title="Vitamin D and fractures", abstract="Vitamin D reduced fractures.", source="t")
 A1_EDITED = A1.model_copy(update={"title": "Vitamin D and fractures (erratum)"})
