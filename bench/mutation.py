@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -127,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "run":
         cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *args.patterns]
-        proc = subprocess.run(cmd, cwd=roots[0])
+        # mutmut forks each test run from a parent that has imported torch: with several OpenMP/tokenizer
+        # threads the fork can deadlock, which mutmut would count as a timeout, i.e. a false kill.
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        proc = subprocess.run(cmd, cwd=roots[0], env=env)
         if proc.returncode not in (0, 1):  # mutmut exits 1 when mutants survived
             print(f"mutmut failed (exit {proc.returncode}); see the output above", file=sys.stderr)
             return proc.returncode
