@@ -38,9 +38,11 @@ PMID_REF = re.compile(
 )
 
 # "Label: text", "**Label:** text", "**Label**: text", "[Label: text"; the label is looked up by the caller.
+# "Label:** text" too: a bold label on one line ('"..." **Context:** c') loses its opening "**" to the
+# separators stripped before it.
 FIELD_LABEL = re.compile(
     r"[\[(]?\s*(?:(?P<b>\*\*|__|\*|_)\s*(?P<l1>[A-Za-z][A-Za-z &/()'-]{0,40}?)\s*(?:(?P=b)\s*[:=]|[:=]\s*(?P=b))"
-    r"|(?P<l2>[A-Za-z][A-Za-z &/()'-]{0,40}?)\s*[:=])[ \t]*"
+    r"|(?P<l2>[A-Za-z][A-Za-z &/()'-]{0,40}?)\s*(?:(?:\*\*|__)\s*[:=]|[:=](?:\s*(?:\*\*|__))?))[ \t]*"
 )
 
 # A label word is negated by a cue right before it, or one filler word after the cue ("cannot be
