@@ -165,28 +165,27 @@ def test_left_padded_path_scores_as_the_right_padded_one(loaded):
                 assert a[k] == pytest.approx(b[k], abs=1e-6) and b[k] == pytest.approx(c[k], abs=1e-6)
 
 
+
+def _batch_shapes(model, judge, pairs) -> list[tuple[int, ...]]:
+    """The input_ids shape of every forward pass the judge makes while scoring `pairs`."""
+    shapes: list[tuple[int, ...]] = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        judge.score(pairs)
+    finally:
+        hook.remove()
+    return shapes
+
 def test_prompts_are_batched_by_length_eight_at_a_time_by_default(loaded):
     model, tok = loaded
     j = TransformersJudge(model, tok)
     short = Article(pmid="2", title="T", abstract="Short.", source="corpus:test")
     pairs = [(CLAIM, PAPER)] * 4 + [("Short claim.", short)] * 5  # 9 prompts, long ones first
     n_short = len(j.prompt_ids("Short claim.", short))
-    widths = []
-    hook = model.register_forward_pre_hook(lambda m, a, kw: widths.append(tuple(kw["input_ids"].shape)),
-                                           with_kwargs=True)
-    try:
-        j.score(pairs)
-    finally:
-        hook.remove()
+    widths = _batch_shapes(model, j, pairs)
     assert widths[0] == (8, len(j.prompt_ids(CLAIM, PAPER))) and len(widths) == 2
-    j2 = TransformersJudge(model, tok, batch_size=5)
-    widths.clear()
-    hook = model.register_forward_pre_hook(lambda m, a, kw: widths.append(tuple(kw["input_ids"].shape)),
-                                           with_kwargs=True)
-    try:
-        j2.score(pairs)
-    finally:
-        hook.remove()
+    widths = _batch_shapes(model, TransformersJudge(model, tok, batch_size=5), pairs)
     assert widths[0] == (5, n_short)  # the five short prompts go together, unpadded
 
 
