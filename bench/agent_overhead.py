@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from biocheck.agent.episode import Agent, AgentConfig  # noqa: E402
 from biocheck.agent.llm.scripted import ScriptedChat  # noqa: E402
-from biocheck.pubmed.search import SearchConfig, search_tool  # noqa: E402
+from biocheck.pipeline import make_search_tool  # noqa: E402
+from biocheck.pubmed.search import SearchConfig  # noqa: E402
 
 QUERIES = ['("vitamin D" OR cholecalciferol) AND fractur*', "aspirin AND (bleeding OR hemorrhage)",
            "statin* AND cognitive[tiab]", '"breast cancer"[tiab] AND (risk OR incidence)',
@@ -44,7 +45,7 @@ def main() -> int:
 
     turns = [{"tool_calls": [{"name": "search_pubmed", "arguments": {"query": q}}]} for q in QUERIES]
     turns.append({"content": REPORT})
-    tool = search_tool(SearchConfig(index_dir=args.index, max_results=5))
+    tool = make_search_tool(SearchConfig(index_dir=args.index, max_results=5))
     agent = Agent(ScriptedChat(turns), tool, AgentConfig(llm="scripted:bench", max_searches=5))
     for _ in range(5):  # warm-up
         agent.run("Vitamin D supplements prevent hip fractures in older adults.")

@@ -36,7 +36,7 @@ from common import (
     Claim,
     ReferenceBM25,
     load_articles,
-    load_claims,
+    load_retrieval_claims,
     ndcg_at_k,
     percentiles_ms,
     recall_at_k,
@@ -148,9 +148,9 @@ def main() -> None:
     args = parser.parse_args()
 
     articles = load_articles(args.corpus)
-    dev = load_claims(args.dev_claims, "test")
-    train = load_claims(args.train_claims, "train") + (
-        load_claims(args.train_claims, "val") if args.train_claims == DEFAULT_CLAIMS else []
+    dev = load_retrieval_claims(args.dev_claims, "test")
+    train = load_retrieval_claims(args.train_claims, "train") + (
+        load_retrieval_claims(args.train_claims, "val") if args.train_claims == DEFAULT_CLAIMS else []
     )
     print(f"corpus {len(articles)}; dev claims {len(dev)}; train claims {len(train)}")
     where = Path(tempfile.mkdtemp(prefix="biocheck-candidates-"))

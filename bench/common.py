@@ -26,7 +26,7 @@ class Claim:
     relevant: frozenset[str]
 
 
-def load_claims(path: Path, split: str | None) -> list[Claim]:
+def load_retrieval_claims(path: Path, split: str | None) -> list[Claim]:
     """Claims with at least one cited doc, from raw SciFact or prepared ClaimRecord lines.
 
     ``split`` filters prepared records (SciFact dev is split "test" there); raw SciFact files

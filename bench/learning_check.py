@@ -27,9 +27,8 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("BIOCHECK_TRACKING", "off")  # one MLflow run per training would drown the UI
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from biocheck.config import load_params  # noqa: E402
+from biocheck.pipeline import load_params, train_stage  # noqa: E402
 from biocheck.train.select import checkpoint_table, choose  # noqa: E402
-from biocheck.train.stage import train  # noqa: E402
 
 
 def run(params: dict, variant: str, seed: int, out: Path, max_steps: int | None) -> dict:
@@ -39,7 +38,7 @@ def run(params: dict, variant: str, seed: int, out: Path, max_steps: int | None)
     if max_steps:
         overrides["max_steps"] = max_steps
     t0 = time.perf_counter()
-    stats = train(params, progress=False, **overrides)
+    stats = train_stage(params, progress=False, **overrides)
     rows, history = checkpoint_table(out)
     best = choose(rows)
     curve = [(h["step"], h["eval_reward"]) for h in history if "eval_reward" in h]

@@ -22,7 +22,7 @@ from common import (
     DEFAULT_CORPUS,
     ReferenceBM25,
     load_articles,
-    load_claims,
+    load_retrieval_claims,
     ndcg_at_k,
     recall_at_k,
 )
@@ -54,7 +54,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     articles = load_articles(args.corpus)
-    claims = load_claims(args.claims, args.split)
+    claims = load_retrieval_claims(args.claims, args.split)
     print(
         f"corpus: {len(articles)} abstracts ({args.corpus}); claims with qrels: {len(claims)} ({args.claims})"
     )

@@ -30,7 +30,7 @@ from common import (
     Claim,
     boolean_queries,
     load_articles,
-    load_claims,
+    load_retrieval_claims,
     percentiles_ms,
     synthetic_articles,
 )
@@ -125,7 +125,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     articles = load_articles(args.corpus)
-    claims = load_claims(args.claims, args.split)
+    claims = load_retrieval_claims(args.claims, args.split)
     queries = query_set(claims, args.queries, args.seed)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     workdir = Path(tempfile.mkdtemp(prefix="biocheck-bench-", dir=args.workdir))

@@ -16,7 +16,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 from prefect import flow, task
 
-from biocheck.data.stages import fetch_stage, prepare_stage, validate_stage
+from biocheck.pipeline import fetch_stage, prepare_stage, validate_stage
 
 
 class DataValidationError(Exception):

@@ -12,7 +12,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow, task
 
-from biocheck.pubmed.stages import evidence_stage
+from biocheck.pipeline import evidence_stage
 
 
 @task(name="evidence-build")

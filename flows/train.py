@@ -1,6 +1,6 @@
 """Prefect 3 flow for training: model -> train -> select (the same functions as `dvc repro select`).
 
-The training task is tagged `gpu` so a deployment can route it to a GPU work pool (prefect.yaml);
+The training task is tagged `gpu`, so a work pool or concurrency limit can route it to a GPU host;
 locally it runs in-process like the other flows: `python flows/train.py [params.yaml]`.
 """
 
@@ -13,28 +13,22 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow, task  # noqa: E402
 
-from biocheck.config import load_params, model_config, select_config  # noqa: E402
+from biocheck.pipeline import model_stage, select_stage, train_stage  # noqa: E402
 
 
 @task(name="model-init")
 def model_task(params: str) -> dict:
-    from biocheck.models.stage import init_model
-
-    return init_model(model_config(load_params(params)))
+    return model_stage(params)
 
 
 @task(name="train", tags=["gpu"])
 def train_task(params: str) -> dict:
-    from biocheck.train.stage import train
-
-    return train(load_params(params), progress=False)
+    return train_stage(params, progress=False)
 
 
 @task(name="select")
 def select_task(params: str) -> dict:
-    from biocheck.train.select import select
-
-    return select(select_config(load_params(params)))
+    return select_stage(params)
 
 
 @flow(name="biocheck-train", log_prints=True)

@@ -9,7 +9,7 @@ import pytest
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.llm import LLMError
 from biocheck.agent.llm.scripted import ScriptedChat
-from biocheck.agent.prompts import Prompts, prompt_hash
+from biocheck.agent.prompts import Prompts
 from biocheck.labels import Label
 from biocheck.pubmed.search import SearchConfig, SearchTool, search_tool
 
@@ -67,7 +67,7 @@ def test_two_searches_then_a_report(tool):
     assert "PMID: 101\nTitle: Vitamin D and fracture risk\nAbstract: Vitamin D supplementation" in ep.messages[3]["content"]
     assert ep.report.conclusion is Label.SUPPORTED and ep.report.supporting[0].pmid == "101"
     assert ep.parse_problems == [] and ep.stop_reason == "final_answer" and ep.final_text == REPORT
-    assert ep.gold_label is Label.SUPPORTED and ep.prompt_hash == prompt_hash() and ep.llm_fingerprint
+    assert ep.gold_label is Label.SUPPORTED and ep.prompt_hash == Prompts(max_searches=5, papers_per_search=3).hash() and ep.llm_fingerprint
     assert Prompts(max_searches=5, papers_per_search=3).intervention() not in json.dumps(ep.messages)
 
 

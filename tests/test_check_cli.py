@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from biocheck.agent.episode import Episode
-from biocheck.agent.render import render_html, render_json, render_markdown
-from biocheck.agent.report import ParsedReport
 from biocheck.cli import app
+from biocheck.report.render import render_html, render_json, render_markdown
+from biocheck.report.schema import ParsedReport
 from tests.test_agent import REPORT, search
 
 runner = CliRunner()
@@ -108,7 +108,6 @@ def test_bad_usage_is_explained(workdir, args, message):
 def test_mlflow_run_records_prompt_hash_and_traces(workdir):
     import mlflow
 
-    from biocheck.agent.prompts import prompt_hash
     from biocheck.tracking import tracking_uri
 
     claims = workdir / "claims.jsonl"
@@ -119,7 +118,8 @@ def test_mlflow_run_records_prompt_hash_and_traces(workdir):
     mlflow.set_tracking_uri(tracking_uri())
     run = mlflow.search_runs(experiment_names=["biocheck"], filter_string="tags.stage = 'check'",
                              order_by=["start_time DESC"], max_results=1, output_format="list")[0]
-    assert run.data.params["prompt_hash"] == prompt_hash()
+    trace = json.loads((workdir / "out" / "a.json").read_text())
+    assert run.data.params["prompt_hash"] == trace["prompt_hash"] and len(trace["prompt_hash"]) == 16
     assert run.data.metrics["episodes"] == 1 and run.data.metrics["mean_searches"] == 1
     artifacts = [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "traces")]
     assert "traces/a.json" in artifacts

@@ -25,9 +25,9 @@ from itertools import pairwise
 import pytest
 
 from biocheck.pubmed import ratelimit
+from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError, iter_pubmed_records, parse_efetch
 from biocheck.pubmed.baseline import iter_baseline
 from biocheck.pubmed.entrez import EntrezClient
-from biocheck.pubmed.parse import MissingDTDError, XMLParseError, iter_pubmed_records, parse_efetch
 from biocheck.pubmed.ratelimit import RateLimiter, requests_per_second, shared_limiter
 from biocheck.pubmed.store import EvidenceStore
 from biocheck.pubmed.transport import EutilsTransport, RetryPolicy, parse_retry_after, redact

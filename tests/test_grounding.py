@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from biocheck.agent.report import EvidenceItem
 from biocheck.pubmed.types import Article
-from biocheck.rewards.grounding import find_quote, is_grounded, normalize_text
+from biocheck.report.quotes import find_quote, normalize_text
+from biocheck.report.schema import EvidenceItem
+from biocheck.rewards.grounding import is_grounded
 
 ABSTRACT = (
     "BACKGROUND: Vitamin D is widely used.\nMETHODS: We randomised 2,000 adults ≥65 years.\n"
@@ -155,7 +156,7 @@ def test_other_combining_marks_still_count():
 
 
 def test_a_quote_from_parsed_mathml_is_grounded():
-    from biocheck.pubmed.parse import parse_efetch
+    from biocheck.pubmed.article_xml import parse_efetch
     from tests.fake_eutils import CORPUS as PUBMED
     from tests.fake_eutils import pubmed_xml
 

@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 from biocheck.pubmed.types import Article
-from biocheck.rewards import judge_transformers
 from biocheck.rewards.components import EpisodeView, RewardConfig, score
 from biocheck.rewards.judge import (
     ANSWER_WORDS,
@@ -23,13 +22,14 @@ from biocheck.rewards.judge import (
     OpenAIJudge,
     TransformersJudge,
     clean_scores,
+    judge_prompt_hash,
     make_judge,
     pair_key,
-    prompt_hash,
     render_prompt,
 )
-from biocheck.rewards.judge_base import zero_scores
-from biocheck.rewards.judge_openai import label_of, scores_from_logprobs
+from biocheck.rewards.judge import transformers_judge as judge_transformers
+from biocheck.rewards.judge.base import zero_scores
+from biocheck.rewards.judge.openai_judge import label_of, scores_from_logprobs
 from tests.test_tiny_model import small_config, write_corpus
 
 CLAIM = "Vitamin D supplementation prevents hip fractures."
@@ -110,13 +110,13 @@ def test_render_prompt_fills_claim_title_and_abstract():
 
 
 def test_prompt_hash_follows_every_setting():
-    assert prompt_hash("openai", 20, 6000) == prompt_hash("openai", 20, 6000)
-    hashes = {prompt_hash(), prompt_hash("openai", 20, 6000), prompt_hash("openai", 5, 6000),
-              prompt_hash("openai", 20, None), prompt_hash("transformers", "first_token", 6000),
-              prompt_hash("transformers", "sequence", 6000)}
+    assert judge_prompt_hash("openai", 20, 6000) == judge_prompt_hash("openai", 20, 6000)
+    hashes = {judge_prompt_hash(), judge_prompt_hash("openai", 20, 6000), judge_prompt_hash("openai", 5, 6000),
+              judge_prompt_hash("openai", 20, None), judge_prompt_hash("transformers", "first_token", 6000),
+              judge_prompt_hash("transformers", "sequence", 6000)}
     assert len(hashes) == 6
-    assert OpenAIJudge("m", base_url="http://x/v1", top_logprobs=5).prompt_hash == prompt_hash("openai", 5, 6000)
-    assert OpenAIJudge("m", base_url="http://x/v1", max_abstract_chars=100).prompt_hash == prompt_hash(
+    assert OpenAIJudge("m", base_url="http://x/v1", top_logprobs=5).prompt_hash == judge_prompt_hash("openai", 5, 6000)
+    assert OpenAIJudge("m", base_url="http://x/v1", max_abstract_chars=100).prompt_hash == judge_prompt_hash(
         "openai", 20, 100)
 
 
@@ -160,7 +160,7 @@ def test_prompt_contains_claim_title_and_abstract_and_the_hash_is_stable(judge, 
     text = render_prompt(CLAIM, ARTICLES[1])
     assert CLAIM in text and ARTICLES[1].title in text and "reduced hip fractures" in text
     assert "{" not in text and "SUPPORTED, REFUTED, NOT ENOUGH INFORMATION" in text
-    assert TransformersJudge(model_dir).prompt_hash == judge.prompt_hash == prompt_hash("transformers", "first_token",
+    assert TransformersJudge(model_dir).prompt_hash == judge.prompt_hash == judge_prompt_hash("transformers", "first_token",
                                                                                         6000)
     assert TransformersJudge(model_dir, max_abstract_chars=100).prompt_hash != judge.prompt_hash
     assert TransformersJudge(model_dir, mode="sequence").prompt_hash != judge.prompt_hash

@@ -22,11 +22,11 @@ from biocheck.rewards.judge import (
     JudgeError,
     OpenAIJudge,
     clean_scores,
+    judge_prompt_hash,
     make_judge,
-    prompt_hash,
     render_prompt,
 )
-from biocheck.rewards.judge_openai import scores_from_logprobs
+from biocheck.rewards.judge.openai_judge import scores_from_logprobs
 
 CLAIM = "Vitamin D supplementation prevents hip fractures."
 LONG = Article(pmid="1", title="A long trial", abstract="Fractures fell. " * 20, source="corpus:test")
@@ -129,7 +129,7 @@ def test_clean_scores_takes_a_rounding_excess_off_the_largest_score():
 def test_prompt_with_an_empty_title_and_its_hash():
     text = render_prompt(CLAIM, Article(pmid="1", title="", abstract="Fractures fell."))
     assert "Title: \nAbstract: Fractures fell." in text  # an empty title stays empty
-    assert len(prompt_hash()) == 16 and set(prompt_hash("x")) <= set("0123456789abcdef")
+    assert len(judge_prompt_hash()) == 16 and set(judge_prompt_hash("x")) <= set("0123456789abcdef")
 
 
 # ------------------------------------------------------------------------------------------- make_judge

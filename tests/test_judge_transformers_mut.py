@@ -8,8 +8,8 @@ import pytest
 
 from biocheck.pubmed.types import Article
 from biocheck.rewards.judge import JudgeError, TransformersJudge
-from biocheck.rewards.judge_base import ANSWER_WORDS, KEYS, render_prompt
-from biocheck.rewards.judge_transformers import _has_per_row_logits_to_keep, answer_continuations
+from biocheck.rewards.judge.base import ANSWER_WORDS, KEYS, render_prompt
+from biocheck.rewards.judge.transformers_judge import _has_per_row_logits_to_keep, answer_continuations
 
 CLAIM = "Vitamin D supplementation prevents hip fractures."
 PAPER = Article(pmid="1", title="Vitamin D trial", abstract="Vitamin D supplementation reduced hip fractures.",
@@ -92,7 +92,7 @@ def test_a_word_encoded_to_no_tokens_is_an_error_naming_it():
 
 def test_a_shared_first_token_warns_and_scores_sequences(loaded, caplog):
     model, _ = loaded
-    with caplog.at_level(logging.WARNING, logger="biocheck.rewards.judge_transformers"):
+    with caplog.at_level(logging.WARNING, logger="biocheck.rewards.judge.transformers_judge"):
         j = TransformersJudge(model, FakeTok())
     assert j.mode == "first_token" and not caplog.records
 
@@ -100,7 +100,7 @@ def test_a_shared_first_token_warns_and_scores_sequences(loaded, caplog):
         ids = [ord(c) for c in text]
         return ids[:6] + [7] + ids[7:] if len(ids) > 6 else ids
 
-    with caplog.at_level(logging.WARNING, logger="biocheck.rewards.judge_transformers"):
+    with caplog.at_level(logging.WARNING, logger="biocheck.rewards.judge.transformers_judge"):
         j = TransformersJudge(model, FakeTok(shared))
     assert j.mode == "sequence" and "share a first token" in caplog.text
 

@@ -15,7 +15,7 @@ from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.llm import LLMError, make_llm
 from biocheck.agent.llm.base import GenerationConfig
 from biocheck.agent.llm.openai_backend import OpenAIChat
-from biocheck.agent.tools import TOOL_SCHEMA
+from biocheck.agent.tools import tool_schema
 from biocheck.labels import Label
 from biocheck.pubmed.search import SearchConfig, search_tool
 from tests.test_agent import REPORT
@@ -82,7 +82,7 @@ def test_openai_episode_through_the_graph(evidence, monkeypatch):
     assert ep.report.conclusion is Label.SUPPORTED and ep.searches == 1 and set(ep.ledger) == {"101"}
     first, *_, last = [r for r in fake.requests if r["body"]]
     assert first["path"] == "/v1/chat/completions" and first["auth"] == f"Bearer {KEY}"
-    assert first["body"]["tools"] == [TOOL_SCHEMA] and first["body"]["model"] == "some-model"
+    assert first["body"]["tools"] == [tool_schema(tool.max_results)] and first["body"]["model"] == "some-model"
     # our dict arguments travel as JSON strings, as the API expects
     sent_call = last["body"]["messages"][2]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(sent_call) == {"query": "vitamin D AND fracture*"}
@@ -112,8 +112,8 @@ def test_non_json_arguments_are_kept_readable():
 CPU_MODULES = [
     "biocheck.cli", "biocheck.agent.llm", "biocheck.agent.episode", "biocheck.agent.graph", "biocheck.agent.run",
     "biocheck.agent.llm.transformers_backend", "biocheck.agent.llm.openai_backend", "biocheck.rewards.components",
-    "biocheck.rewards.score", "biocheck.rewards.judge", "biocheck.rewards.judge_transformers",
-    "biocheck.train.env", "biocheck.train.rewards", "biocheck.train.data", "biocheck.train.demos",
+    "biocheck.evaluate.score", "biocheck.rewards.judge", "biocheck.rewards.judge.transformers_judge",
+    "biocheck.train.env", "biocheck.train.reward_funcs", "biocheck.train.dataset", "biocheck.train.demos",
     "biocheck.train.grpo", "biocheck.train.sft", "biocheck.train.select", "biocheck.train.stage",
 ]
 

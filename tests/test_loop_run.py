@@ -14,7 +14,8 @@ from biocheck.agent.episode import Agent, AgentConfig, Episode, QueryRecord
 from biocheck.agent.llm import GenerationConfig
 from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
-from biocheck.agent.run import build_agent, load_claims, run_batch, summarize, trace_path, write_trace
+from biocheck.pipeline import make_agent
+from biocheck.agent.run import read_claims, run_batch, summarize, trace_path, write_trace
 from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.pubmed.search import SearchConfig
@@ -88,7 +89,7 @@ def test_the_final_text_is_only_an_assistants():
     assert ep.messages[-1]["role"] == "user" and ep.final_text == "" and ep.report.conclusion is None
 
 
-# -- build_agent ------------------------------------------------------------------------------------------
+# -- pipeline.make_agent ------------------------------------------------------------------------------------------
 
 
 def test_build_agent_passes_the_generation_settings_and_the_search_backend(monkeypatch, evidence):
@@ -98,23 +99,25 @@ def test_build_agent_passes_the_generation_settings_and_the_search_backend(monke
         seen["spec"], seen["gen"] = spec, gen
         return ScriptedChat([], spec=spec)
 
-    monkeypatch.setattr(run_mod, "make_llm", fake_make_llm)
+    import biocheck.agent.llm as llm_mod
+
+    monkeypatch.setattr(llm_mod, "make_llm", fake_make_llm)
     search_cfg, _ = evidence
     cfg = AgentConfig(llm="scripted:x.json", max_new_tokens=77, temperature=0.7, top_p=0.9, seed=11, max_searches=2)
-    agent = build_agent(cfg, SearchConfig(index_dir=search_cfg.index_dir, store=search_cfg.store, max_results=4))
+    agent = make_agent(cfg, SearchConfig(index_dir=search_cfg.index_dir, store=search_cfg.store, max_results=4))
     assert seen == {"spec": "scripted:x.json", "gen": GenerationConfig(max_new_tokens=77, temperature=0.7, top_p=0.9,
                                                                       seed=11)}
     assert agent.search_backend == "local" and agent.tool.max_results == 4 and agent.cfg is cfg
     assert agent.prompts == Prompts(max_searches=2, papers_per_search=4)
 
 
-# -- load_claims ------------------------------------------------------------------------------------------
+# -- read_claims ------------------------------------------------------------------------------------------
 
 
 def test_load_claims_reads_prepared_records_and_bare_claims(tmp_path):
     p = tmp_path / "claims.jsonl"
     p.write_text('{"id": 7, "claim": "A.", "label": "SUPPORTED", "dataset": "scifact"}\n{"claim": "B."}\n')
-    assert load_claims(p) == [{"claim": "A.", "claim_id": "7", "dataset": "scifact", "gold_label": "SUPPORTED"},
+    assert read_claims(p) == [{"claim": "A.", "claim_id": "7", "dataset": "scifact", "gold_label": "SUPPORTED"},
                               {"claim": "B.", "claim_id": "2", "dataset": None, "gold_label": None}]
 
 
@@ -123,7 +126,7 @@ def test_load_claims_names_the_record_without_a_claim(tmp_path, second):
     p = tmp_path / "claims.jsonl"
     p.write_text('{"claim": "A."}\n' + second + "\n")
     with pytest.raises(InputError) as e:
-        load_claims(p)
+        read_claims(p)
     assert str(e.value) == f"{p}, record 2: needs a non-empty 'claim' string."
 
 
@@ -132,7 +135,7 @@ def test_load_claims_rejects_duplicate_ids(tmp_path):
     rows = [{"id": f"d{i}", "claim": "x"} for i in range(7)] * 2 + [{"id": "u", "claim": "y"}]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(InputError) as e:
-        load_claims(p)
+        read_claims(p)
     assert str(e.value) == (f"{p}: duplicate claim ids ['d0', 'd1', 'd2', 'd3', 'd4']; "
                             "traces are written per id.")
 
@@ -170,7 +173,7 @@ def test_run_batch_writes_each_trace_and_the_summary(tmp_path):
 
 def test_summarize_counts_and_means():
     def ep(conclusion: str | None, searches: int, total: float, problems=(), stop="final_answer"):
-        from biocheck.agent.report import Report
+        from biocheck.report.schema import Report
 
         return Episode(claim="c", messages=[], report=Report(conclusion=conclusion), parse_problems=list(problems),
                        searches=searches, stop_reason=stop, timing={"total_s": total})

@@ -9,9 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from biocheck.labels import Label
-from biocheck.rewards.components import EntryScore, RewardBreakdown
-from biocheck.rewards.metrics import (
+from biocheck.evaluate.metrics import (
     LABEL_SETS,
     OTHER,
     aggregate,
@@ -20,6 +18,8 @@ from biocheck.rewards.metrics import (
     classification_metrics,
     evidence_metrics,
 )
+from biocheck.labels import Label
+from biocheck.rewards.components import EntryScore, RewardBreakdown
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import biocheck.agent.parse as parse_module
-from biocheck.agent.parse import MAX_PROBLEMS, format_report, parse_report
-from biocheck.agent.report import EvidenceItem, Report, Summary
+import biocheck.report.parse as parse_module
 from biocheck.labels import Label
+from biocheck.report.parse import MAX_PROBLEMS, parse_report
+from biocheck.report.schema import EvidenceItem, Report, Summary
+from biocheck.report.writer import format_report
 from tests.test_report_parse import CANONICAL, EXPECTED, SUMMARY
 
 SUMMARY_TEXT = CANONICAL[CANONICAL.index("Support reasons") : CANONICAL.index("## Conclusion")]

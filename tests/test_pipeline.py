@@ -113,14 +113,14 @@ def _covers(declared: list[str], path: Path | str) -> bool:
     return any(p == Path(d) or Path(d) in p.parents for d in declared)
 
 
-# The params.yaml sections each stage's command reads (biocheck.config builds its Config from them).
+# The params.yaml sections each stage's command reads (biocheck.pipeline builds its Config from them).
 SECTIONS = {"fetch": ["fetch"], "prepare": ["data"], "validate": ["validate"], "evidence": ["evidence"],
             "model": ["model"], "train": ["train", "reward", "agent", "search"], "select": ["select"]}
 
 
 def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
-    """stage -> (paths its config reads, paths it writes), from params.yaml through biocheck.config."""
-    from biocheck import config as c
+    """stage -> (paths its config reads, paths it writes), from params.yaml through biocheck.pipeline."""
+    from biocheck import pipeline as c
 
     fetch, prep, val = c.fetch_config(params), c.prepare_config(params), c.validate_config(params)
     ev, model, train, sel = c.evidence_config(params), c.model_config(params), c.train_config(params), \

@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from biocheck.agent.parse import MAX_PROBLEMS, format_report, parse_report
-from biocheck.agent.report import EvidenceItem, ParsedReport, Report, Summary
 from biocheck.labels import Label
+from biocheck.report.parse import MAX_PROBLEMS, parse_report
+from biocheck.report.schema import EvidenceItem, ParsedReport, Report, Summary
+from biocheck.report.writer import format_report
 
 CANONICAL = """## Supporting evidence
 - PMID: 31234567

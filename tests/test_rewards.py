@@ -9,9 +9,11 @@ import random
 import pytest
 
 from biocheck.agent.episode import Episode, QueryRecord
-from biocheck.agent.report import EvidenceItem, Report
+from biocheck.evaluate.score import score_trace, score_traces
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
+from biocheck.report.quotes import fuzzy_match
+from biocheck.report.schema import EvidenceItem, Report
 from biocheck.rewards.components import (
     EpisodeView,
     RewardConfig,
@@ -22,8 +24,7 @@ from biocheck.rewards.components import (
     score,
     score_many,
 )
-from biocheck.rewards.grounding import check_entry, ehr, fuzzy_match
-from biocheck.rewards.score import score_trace, score_traces
+from biocheck.rewards.grounding import check_entry, ehr
 
 CLAIM = "Vitamin D supplementation prevents hip fractures in older adults."
 LEDGER = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 import mlflow
 import yaml
 
-from biocheck.data.stages import prepare_stage, validate_stage
+from biocheck.pipeline import prepare_stage, validate_stage
 from biocheck.tracking import flatten, repo_root, tracking_uri
 from tests.conftest import REPO
 

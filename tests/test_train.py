@@ -19,11 +19,12 @@ from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.rewards.components import EpisodeView, RewardConfig, score_many
-from biocheck.train.env import SearchEnv
+from biocheck.train.env import SearchEnv, env_class
 from biocheck.train.grpo import TrainConfig, latest_checkpoint, prepare_out_dir
-from biocheck.train.rewards import COMPONENTS, RewardBank
+from biocheck.train.reward_funcs import COMPONENTS, RewardBank
 from biocheck.train.select import SelectConfig, checkpoint_table, choose, select
-from biocheck.train.stage import build_components, run_key
+from biocheck.pipeline import train_setup
+from biocheck.train.stage import run_key
 from tests.conftest import REPO
 from tests.test_agent import REPORT
 
@@ -47,13 +48,13 @@ def test_reward_bank_components_equal_the_library_and_score_once(evidence, monke
     envs, completions = _rollouts(evidence)
     claims, labels = ["Vitamin D prevents fractures."] * 3, ["SUPPORTED", "SUPPORTED", "REFUTED"]
     calls = []
-    import biocheck.train.rewards as tr
+    import biocheck.train.reward_funcs as tr
 
     monkeypatch.setattr(tr, "score_many", lambda *a, **k: calls.append(1) or score_many(*a, **k))
     bank = RewardBank(RewardConfig(), judge=None)
     values = {f.__name__: f(completions, environments=envs, label=labels, claim=claims) for f in bank.functions()}
     assert len(calls) == 1  # one scoring pass serves all five components
-    expected = score_many([EpisodeView(claim=c, gold=Label(g), queries=list(e.queries), ledger=dict(e.ledger),
+    expected = score_many([EpisodeView(claim=c, gold=Label(g), queries=e.budget.query_texts(), ledger=dict(e.budget.ledger),
                                        final_text=comp[-1]["content"])
                            for c, g, e, comp in zip(claims, labels, envs, completions, strict=True)], RewardConfig())
     for name in ("outcome", "search", "evidence", "hallucination"):
@@ -120,7 +121,9 @@ def _params(**reward) -> dict:
 
 
 def _key(params: dict, base: str = "base-fp", train_ids=("t1", "t2"), val_ids=("v1",)) -> str:
-    return run_key(build_components(params), base, list(train_ids), list(val_ids))
+    c = train_setup(params)
+    prompts = Prompts(max_searches=c.agent.max_searches, papers_per_search=c.search.max_results)
+    return run_key(c, prompts, base, list(train_ids), list(val_ids))
 
 
 REWARD_CHANGES = [("variant", "outcome_only"), ("beta1", 0.25), ("beta2", 2.0), ("beta3", 0.5), ("alpha", 2.0),
@@ -138,7 +141,7 @@ def test_run_key_changes_with_every_reward_setting():
 
 
 def test_run_key_changes_with_the_judge_prompt_base_model_and_data(monkeypatch):
-    from biocheck.rewards import judge_base
+    from biocheck.rewards.judge import base as judge_base
 
     base = _key(_params())
     assert _key(_params(), base="other-fp") != base
@@ -169,21 +172,21 @@ def test_each_checkpoint_needs_a_validation_reward():
     assert TrainConfig(out_dir="runs/x").out_dir == Path("runs/x")
 
 
-def test_build_components_reads_every_section_and_the_overrides():
-    from biocheck.config import agent_config, model_config, reward_config, search_config, train_config
+def test_train_setup_reads_every_section_and_the_overrides():
+    from biocheck.pipeline import JudgeConfig, agent_config, model_config, reward_config, search_config, train_config
 
     params = _params(judge="openai:j", judge_cache="somewhere/j.sqlite")
     params["train"]["search_backend"] = "replay"
     params["data"]["out_dir"] = "elsewhere/prepared"
-    c = build_components(params, max_steps=3)
-    assert c["train"] == train_config(params, max_steps=3) and c["train"].max_steps == 3
-    assert c["search"] == search_config(params, backend="replay") and c["search"].backend == "replay"
-    assert c["agent"] == agent_config(params) and c["model"] == model_config(params)
-    assert (c["reward"], c["judge_spec"], c["judge_cache"]) == reward_config(params)
-    assert c["prepared"] == Path("elsewhere/prepared")
-    assert c["prompts"] == Prompts(max_searches=c["agent"].max_searches, papers_per_search=c["search"].max_results)
+    c = train_setup(params, max_steps=3)
+    assert c.train == train_config(params, max_steps=3) and c.train.max_steps == 3
+    assert c.search == search_config(params, backend="replay") and c.search.backend == "replay"
+    assert c.agent == agent_config(params) and c.model == model_config(params)
+    assert (c.reward, c.judge) == reward_config(params)
+    assert c.judge == JudgeConfig(spec="openai:j", cache=Path("somewhere/j.sqlite"), batch_size=8)
+    assert c.prepared == Path("elsewhere/prepared")
     del params["data"]["out_dir"]
-    assert build_components(params)["prepared"] == Path("data/prepared")
+    assert train_setup(params).prepared == Path("data/prepared")
 
 
 def test_fingerprint_inputs_is_a_short_order_free_hash():
@@ -480,7 +483,7 @@ class _Wiring:
         import biocheck.data.prepare as prep
         import biocheck.pubmed.search as search_mod
         import biocheck.rewards.judge as judge_mod
-        import biocheck.train.data as data_mod
+        import biocheck.train.dataset as data_mod
         import biocheck.train.demos as demos_mod
         import biocheck.train.grpo as grpo_mod
         import biocheck.train.sft as sft_mod
@@ -490,7 +493,7 @@ class _Wiring:
         self.tmp = tmp_path
         self.loads, self.splits, self.corpus_dirs, self.fingerprinted, self.tools = [], [], [], [], []
         self.demos, self.sft, self.trainers, self.runs, self.metrics, self.judges = [], [], [], [], [], []
-        self.tool, self.judge = object(), object()
+        self.tool, self.judge = types.SimpleNamespace(max_results=3), object()
         self.tracking_on = True
         self.history, self.steps = list(self.HISTORY), 4
         self.records = {split: [ClaimRecord(id=f"{split[0]}{i}", dataset="scifact", split=split,
@@ -515,12 +518,12 @@ class _Wiring:
         monkeypatch.setattr(prep, "load_corpus", lambda d: self.corpus_dirs.append(Path(d)) or [self.doc])
         monkeypatch.setattr(search_mod, "search_tool", lambda cfg: self.tools.append(cfg) or self.tool)
         monkeypatch.setattr(demos_mod, "demonstration", self._demo)
-        monkeypatch.setattr(sft_mod, "train_sft", lambda model, tok, convs, cfg, seed, progress: self.sft.append(
-            (model, tok, convs, cfg, seed, progress)) or dict(self.SFT_STATS))
+        monkeypatch.setattr(sft_mod, "train_sft", lambda model, tok, convs, cfg, tools, seed, progress: self.sft.append(
+            (model, tok, convs, cfg, tools, seed, progress)) or dict(self.SFT_STATS))
         monkeypatch.setattr(data_mod, "to_dataset", lambda recs, prompts: ("dataset", [r.id for r in recs], prompts))
         monkeypatch.setattr(grpo_mod, "make_trainer", self._make_trainer)
         monkeypatch.setattr(judge_mod, "make_judge",
-                            lambda spec, cache: self.judges.append((spec, cache)) or self.judge)
+                            lambda spec, batch_size, cache: self.judges.append((spec, batch_size, cache)) or self.judge)
 
         @contextlib.contextmanager
         def run(stage, params=None):
@@ -562,34 +565,34 @@ def wiring(monkeypatch, tmp_path):
 
 
 def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
-    from biocheck.agent.prompts import prompt_hash
-    from biocheck.config import plain
+    from biocheck.params import plain
+    from biocheck.pipeline import train_stage
     from biocheck.train.callbacks import SampleEpisodes
-    from biocheck.train.data import prompt_messages
-    from biocheck.train.rewards import RewardBank
+    from biocheck.train.reward_funcs import RewardBank
     from biocheck.train.sft import SFTConfig
-    from biocheck.train.stage import train
 
     params = wiring.params()
-    c = build_components(params)
+    c = train_setup(params)
+    prompts = Prompts(max_searches=2, papers_per_search=3)
     base, out, sft_dir = wiring.tmp / "base", wiring.tmp / "ckpt", wiring.tmp / "ckpt" / "sft"
-    stats = train(params)
+    stats = train_stage(params)
 
     # data, run key and search tool come from the params
     prepared = wiring.tmp / "prepared"
     assert wiring.splits == [("scifact", "train", prepared), ("scifact", "val", prepared)]
     assert wiring.fingerprinted == [base]
-    key = run_key(c, "fp:base", ["t1", "t2"], ["v1"])
+    key = run_key(c, prompts, "fp:base", ["t1", "t2"], ["v1"])
     assert json.loads((out / "run_key.json").read_text()) == {"key": key}
-    assert wiring.tools == [c["search"]]
+    assert wiring.tools == [c.search]
     # SFT warm start: demonstrations in the agent's environment, saved under <out_dir>/sft
     assert wiring.corpus_dirs == [prepared]
     assert [(rid, type(env), env._tool, env._max, env._chars, env._prompts, corpus, n)
             for rid, env, corpus, n in wiring.demos] == [
-        (rid, SearchEnv, wiring.tool, 2, 123, c["prompts"], {"d1": wiring.doc}, 2) for rid in ("t1", "t2")]
-    [(sft_model, sft_tok, convs, sft_cfg, seed, progress)] = wiring.sft
+        (rid, env_class(3), wiring.tool, 2, 123, prompts, {"d1": wiring.doc}, 2) for rid in ("t1", "t2")]
+    [(sft_model, sft_tok, convs, sft_cfg, tools, seed, progress)] = wiring.sft
+    assert tools == [prompts.tool_schema()]
     assert (sft_model.kind, sft_model.path, sft_tok.kind, sft_tok.path) == ("model", base, "tokenizer", base)
-    assert convs == [prompt_messages(c["prompts"], r.claim) + [{"role": "assistant", "content": f"demo of {r.id}"}]
+    assert convs == [prompts.messages(r.claim) + [{"role": "assistant", "content": f"demo of {r.id}"}]
                      for r in wiring.records["train"]]
     assert sft_cfg == SFTConfig(enabled=True, epochs=1) and seed == 7 and progress is True
     assert json.loads((sft_dir / "config.json").read_text()) == {"from": str(base)}
@@ -600,22 +603,22 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     [t] = wiring.trainers
     assert (t["model"].kind, t["model"].path) == ("model", sft_dir)
     assert (t["tokenizer"].kind, t["tokenizer"].path, t["tokenizer"].padding_side) == ("tokenizer", sft_dir, "left")
-    assert t["cfg"] == c["train"]
-    assert t["train_ds"] == ("dataset", ["t1", "t2"], c["prompts"])
-    assert t["eval_ds"] == ("dataset", ["v1"], c["prompts"])
+    assert t["cfg"] == c.train
+    assert t["train_ds"] == ("dataset", ["t1", "t2"], prompts)
+    assert t["eval_ds"] == ("dataset", ["v1"], prompts)
     env = t["env_factory"]()
-    assert (type(env), env._tool, env._prompts, env._max, env._chars) == (SearchEnv, wiring.tool, c["prompts"], 2, 123)
-    assert isinstance(t["bank"], RewardBank) and t["bank"].cfg == c["reward"] and t["bank"].judge is wiring.judge
-    assert wiring.judges == [("openai:judge-x", str(wiring.tmp / "judge.sqlite"))]
+    assert (type(env), env._tool, env._prompts, env._max, env._chars) == (env_class(3), wiring.tool, prompts, 2, 123)
+    assert isinstance(t["bank"], RewardBank) and t["bank"].cfg == c.reward and t["bank"].judge is wiring.judge
+    assert wiring.judges == [("openai:judge-x", 8, wiring.tmp / "judge.sqlite")]
     assert t["max_tool_iters"] == 2 + 1  # the search budget plus the refusals after it
     assert t["report_to"] == ["mlflow"]
     [cb] = t["callbacks"]
     assert isinstance(cb, SampleEpisodes) and cb.bank is t["bank"] and (cb.n, cb.every) == (3, 2 * 5)
     assert t["trainer"].resumed == [None]
     # tracked: the run's params and the SFT numbers
-    assert wiring.runs == [("train", {"train": plain(c["train"]), "agent": plain(c["agent"]),
-                                      "reward": plain(c["reward"]), "judge": "openai:judge-x",
-                                      "prompt_hash": prompt_hash(), "run_key": key, "start": str(sft_dir)})]
+    assert wiring.runs == [("train", {"train": plain(c.train), "agent": plain(c.agent),
+                                      "reward": plain(c.reward), "judge": "openai:judge-x",
+                                      "prompt_hash": prompts.hash(), "run_key": key, "start": str(sft_dir)})]
     assert wiring.metrics == [{"sft.loss": 0.5, "sft.examples": 2}]
     assert stats == {"steps": 4, "train_loss": 0.125, "resumed_from": None, "eval_reward_start": 0.25,
                      "eval_reward_last": 0.75, "sft": wiring.SFT_STATS}
@@ -624,7 +627,7 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
 
 
 def test_train_resumes_and_reuses_the_sft_weights(wiring):
-    from biocheck.train.stage import train
+    from biocheck.pipeline import train_stage as train
 
     params = wiring.params()
     train(params, progress=False)
@@ -647,7 +650,7 @@ def test_train_resumes_and_reuses_the_sft_weights(wiring):
 
 
 def test_train_without_sft_starts_from_the_base_model(wiring):
-    from biocheck.train.stage import train
+    from biocheck.pipeline import train_stage as train
 
     params = wiring.params(sft=False)
     params["train"]["metrics_path"] = None

@@ -8,7 +8,7 @@ from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.tools import TOOL_SCHEMA
 from biocheck.pubmed.search import SearchConfig, search_tool
-from biocheck.train.data import prompt_messages
+from biocheck.train.dataset import prompt_messages
 from biocheck.train.env import SearchEnv
 from tests.test_agent import REPORT, search
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from biocheck.pubmed.parse import MissingDTDError, XMLParseError
+from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError
 from biocheck.pubmed.ratelimit import RateLimiter
 from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy
 from biocheck.pubmed.types import SearchError

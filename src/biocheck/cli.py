@@ -15,7 +15,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from biocheck import __version__
-from biocheck.config import load_params, plain
+from biocheck.params import load_params, plain
 
 app = typer.Typer(
     help="BioCheck: fact-check biomedical claims with an LLM search agent trained by EG-GRPO.\n\n"
@@ -102,7 +102,7 @@ def data_fetch(
     atomic writes: an interrupted download leaves no partial file. With BIOCHECK_DATA_MIRROR=DIR the
     files are copied from DIR/scifact/data.tar.gz and DIR/healthfc/Datensatz.csv instead.
     """
-    from biocheck.data.stages import fetch_stage
+    from biocheck.pipeline import fetch_stage
 
     manifest = _run(fetch_stage, params, raw_dir=raw_dir, mirror=mirror, force=force or None,
                     progress=progress and sys.stderr.isatty())
@@ -126,7 +126,7 @@ def data_prepare(
     Writes data/prepared/ (full/<dataset>.jsonl, <dataset>/<split>.jsonl, corpus.jsonl, manifest.json)
     as a whole or not at all, and dataset counts to metrics/data.json. Logs the counts to MLflow.
     """
-    from biocheck.data.stages import prepare_stage
+    from biocheck.pipeline import prepare_stage
 
     overrides = {"raw_dir": raw_dir, "out_dir": out_dir}
     stats = _run(prepare_stage, params, **overrides)
@@ -150,7 +150,7 @@ def data_validate(
     (validate.expected_rows). The report is written in every case; on failure a summary names the
     dataset, column, rule and offending ids/values.
     """
-    from biocheck.data.stages import validate_stage
+    from biocheck.pipeline import validate_stage
 
     result = _run(validate_stage, params, prepared_dir=prepared_dir, report_path=report)
     if result.success:
@@ -176,7 +176,7 @@ def evidence_build(
     (evidence.index_dir, replaced as a whole), creates data/evidence/evidence.sqlite if missing
     (evidence.store; never emptied) and statistics to metrics/evidence.json; logs them to MLflow.
     """
-    from biocheck.pubmed.stages import evidence_stage
+    from biocheck.pipeline import evidence_stage
 
     overrides = {"progress": progress and sys.stderr.isatty(), "baseline": baseline or None}
     stats = _run(evidence_stage, params, **overrides)
@@ -189,11 +189,11 @@ def evidence_build(
 @evidence_app.command("stats")
 def evidence_stats(params: ParamsOpt = Path("params.yaml")) -> None:
     """Print the local index and evidence store statistics as JSON."""
-    from biocheck.config import search_config
+    from biocheck.pipeline import params_of, search_config
     from biocheck.pubmed.local import LocalIndex
     from biocheck.pubmed.store import EvidenceStore
 
-    cfg = _run(search_config, _run(load_params, params))
+    cfg = _run(search_config, _run(params_of, params))
     out: dict = {}
     try:
         out["index"] = LocalIndex.open(cfg.index_dir).stats()
@@ -251,14 +251,13 @@ def search(
     With --json each query prints {"query", "results": [{"pmid", "title", "abstract", ...}],
     "error"}. A bad query is reported in "error" (exit code 1 for a single query).
     """
-    from biocheck.config import search_config
-    from biocheck.pubmed.search import search_tool
+    from biocheck.pipeline import make_search_tool, params_of, search_config
 
     if (query is None) == (batch is None):
         _fail("give either a QUERY or --batch FILE (see `biocheck search --help`).", code=2)
     overrides = {"backend": backend, "mode": mode, "max_results": n}
-    cfg = _run(search_config, _run(load_params, params), **overrides)
-    tool = _run(search_tool, cfg)
+    cfg = _run(search_config, _run(params_of, params), **overrides)
+    tool = _run(make_search_tool, cfg)
     if batch is not None:
         try:
             text = sys.stdin.read() if str(batch) == "-" else batch.read_text(encoding="utf-8")
@@ -298,11 +297,9 @@ def model_init(
     otherwise) or a local model directory, copied (hard-linked where possible) into models/base.
     Writes metrics/model.json.
     """
-    from biocheck.config import model_config
-    from biocheck.models.stage import init_model
+    from biocheck.pipeline import model_stage
 
-    cfg = _run(model_config, _run(load_params, params), base=base, out_dir=out_dir)
-    _run(init_model, cfg)  # logs what it built
+    _run(model_stage, params, base=base, out_dir=out_dir)  # logs what it built
 
 
 # --- agent -----------------------------------------------------------------------------------------
@@ -335,9 +332,8 @@ def check(
     Batch: --claims FILE.jsonl --out DIR writes DIR/<claim id>.json per claim (finished claims are
     skipped on a rerun) and DIR/summary.json, with a progress bar and --workers episodes in parallel.
     """
-    from biocheck.agent.llm import LLMError
-    from biocheck.agent.run import build_agent, load_claims, run_batch, write_trace
-    from biocheck.config import agent_config, search_config
+    from biocheck.agent.run import read_claims, run_batch, write_trace
+    from biocheck.pipeline import agent as make_agent
 
     if (claim is None) == (claims is None):
         _fail("give either a CLAIM or --claims FILE.jsonl --out DIR (see `biocheck check --help`).", code=2)
@@ -345,18 +341,13 @@ def check(
         _fail("--claims needs --out DIR for the traces.", code=2)
     if fmt not in ("md", "html", "json"):
         _fail(f"--format must be md, html or json, not {fmt!r}.", code=2)
-    p = _run(load_params, params)
-    agent_cfg = _run(agent_config, p, llm=llm, max_searches=max_searches, workers=workers)
-    search_cfg = _run(search_config, p, backend=search_backend)
-    try:
-        agent = _run(build_agent, agent_cfg, search_cfg)
-    except LLMError as e:
-        _fail(str(e))
+    agent, agent_cfg, search_cfg = _run(make_agent, params, search={"backend": search_backend}, llm=llm,
+                                        max_searches=max_searches, workers=workers)
     meta = {"llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash,
             "search": search_cfg.backend}
     with _maybe_mlflow(mlflow_log, "check", {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta}):
         if claims is not None:
-            summary = run_batch(agent, _run(load_claims, claims), out, workers=agent_cfg.workers,
+            summary = run_batch(agent, _run(read_claims, claims), out, workers=agent_cfg.workers,
                                 progress=sys.stderr.isatty())
             _log_metrics(mlflow_log, summary, artifacts=out)
             err.print(json.dumps(summary, indent=2), markup=False, highlight=False)
@@ -370,9 +361,9 @@ def check(
 
 
 def _render(episode, fmt: str, meta: dict) -> str:
-    from biocheck.agent.parse import format_report
-    from biocheck.agent.render import render_html, render_json, render_markdown
-    from biocheck.agent.report import ParsedReport
+    from biocheck.report.render import render_html, render_json, render_markdown
+    from biocheck.report.schema import ParsedReport
+    from biocheck.report.writer import format_report
 
     parsed = ParsedReport(report=episode.report, problems=episode.parse_problems)
     if fmt == "json":
@@ -429,17 +420,16 @@ def score(
     --traces DIR: mean of every component and the metrics (accuracy, macro P/R/F1 2-way and 3-way,
     confusion matrix, bootstrap 95% intervals, EQS, EHR). Judge scores are cached (reward.judge_cache).
     """
-    from biocheck.config import reward_config
+    from biocheck.evaluate.score import score_trace, score_traces
     from biocheck.labels import Label
-    from biocheck.rewards.judge import make_judge
-    from biocheck.rewards.score import score_trace, score_traces
+    from biocheck.pipeline import make_judge, params_of, reward_config
 
     if (trace_file is None) == (traces is None):
         _fail("give either a TRACE file or --traces DIR (see `biocheck score --help`).", code=2)
-    cfg, judge_spec, cache = _run(reward_config, _run(load_params, params), variant=variant)
+    cfg, judge_cfg = _run(reward_config, _run(params_of, params), judge=judge, variant=variant)
     if gold is not None and gold not in Label.__members__:
         _fail(f"--gold must be one of {', '.join(Label.__members__)}, not {gold!r}.", code=2)
-    j = _run(make_judge, judge if judge is not None else judge_spec, cache=cache)
+    j = _run(make_judge, judge_cfg)
     if traces is not None:
         result = _run(score_traces, traces, cfg, j)
         if out:
@@ -483,9 +473,9 @@ def train(
     Rerunning after a kill resumes from the last checkpoint (of the same parameters and inputs).
     Everything is logged to MLflow. Writes metrics/train.json.
     """
-    from biocheck.train.stage import train as run_train
+    from biocheck.pipeline import train_stage
 
-    stats = _run(run_train, _run(load_params, params), progress=progress and sys.stderr.isatty(),
+    stats = _run(train_stage, params, progress=progress and sys.stderr.isatty(),
                  max_steps=max_steps, seed=seed, out_dir=out_dir)
     err.print(json.dumps({k: v for k, v in stats.items() if k != "sft"}, indent=2), markup=False, highlight=False)
 
@@ -501,13 +491,10 @@ def select_cmd(
     table to metrics/selection.json and the reward curve to metrics/reward_curve.csv, and registers
     the model in the MLflow model registry (select.registered_model) with the alias `champion`.
     """
-    from biocheck.config import select_config
-    from biocheck.train.select import select
+    from biocheck.pipeline import params_of, select_config, select_stage
 
-    cfg = _run(select_config, _run(load_params, params))
-    if no_register:
-        cfg.register = False
-    result = _run(select, cfg)
+    cfg = _run(select_config, _run(params_of, params))
+    result = _run(select_stage, params, register=False if no_register else None)
     err.print(f"selected step {result['selected_step']} (validation reward {result['selected_eval_reward']:.4f}; "
               f"start {result['start_eval_reward']}) -> {cfg.out_dir}", markup=False, highlight=False)
 
@@ -521,7 +508,14 @@ def _profiles() -> dict[str, Path]:
 @profile_app.command("list")
 def profile_list(params: ParamsOpt = Path("params.yaml")) -> None:
     """List the profiles in profiles/ and mark the one params.yaml holds."""
-    current = load_params(params).get("profile") if params.exists() else None
+    from biocheck.io import InputError
+
+    current = None
+    if params.exists():
+        try:
+            current = load_params(params).get("profile")
+        except InputError as e:  # a broken params.yaml must not hide the profiles that can replace it
+            err.print(f"warning: {e}", markup=False, highlight=False)
     for name, path in _profiles().items():
         typer.echo(f"{'*' if name == current else ' '} {name}  ({path})")
 

@@ -15,13 +15,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from biocheck import __version__
+from biocheck.agent.budget import QueryRecord, SearchBudget
 from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
 from biocheck.agent.llm.base import ChatLLM
-from biocheck.agent.parse import parse_report
-from biocheck.agent.prompts import Prompts, prompt_hash
-from biocheck.agent.report import Report
+from biocheck.agent.prompts import Prompts
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
+from biocheck.report.parse import parse_report
+from biocheck.report.schema import Report
 
 
 @dataclass
@@ -40,15 +41,6 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if self.max_searches < 0 or self.max_refusals < 0:
             raise ValueError("agent.max_searches and agent.max_refusals must be >= 0")
-
-
-class QueryRecord(BaseModel):
-    query: str
-    pmids: list[str] = Field(default_factory=list)
-    n_results: int = 0
-    error: str | None = None
-    backend: str | None = None
-    translation: str | None = None
 
 
 class Episode(BaseModel):
@@ -81,28 +73,34 @@ class Episode(BaseModel):
 class Agent:
     """An LLM, a search tool and the limits, compiled into a graph; `run(claim)` -> Episode."""
 
-    def __init__(self, llm: ChatLLM, tool, cfg: AgentConfig | None = None, search_backend: str = "") -> None:
+    def __init__(self, llm: ChatLLM, tool, cfg: AgentConfig | None = None, search_backend: str = "",
+                 prompts: Prompts | None = None) -> None:
         self.llm, self.tool = llm, tool
         self.cfg = cfg or AgentConfig()
-        self.prompts = Prompts(max_searches=self.cfg.max_searches,
-                               papers_per_search=getattr(tool, "max_results", 5))
-        self.graph_cfg = GraphConfig(max_searches=self.cfg.max_searches, max_refusals=self.cfg.max_refusals,
-                                     abstract_chars=self.cfg.abstract_chars)
-        self.graph = build_graph(llm, tool, self.graph_cfg, self.prompts)
+        self.prompts = prompts or Prompts.for_tool(self.cfg.max_searches, tool)
+        if self.prompts.max_searches != self.cfg.max_searches:
+            raise ValueError(f"the prompts state {self.prompts.max_searches} searches, the agent allows "
+                             f"{self.cfg.max_searches}")
+        self.graph_cfg = GraphConfig(max_searches=self.cfg.max_searches, max_refusals=self.cfg.max_refusals)
+        self.graph = build_graph(llm, self.graph_cfg, self.prompts)
         self.search_backend = search_backend
         self.llm_fingerprint = llm.fingerprint()
-        self.prompts_hash = prompt_hash()
+        self.prompts_hash = self.prompts.hash()
 
     def initial_messages(self, claim: str) -> list[dict[str, Any]]:
-        return [{"role": "system", "content": self.prompts.system()},
-                {"role": "user", "content": self.prompts.user(claim)}]
+        return self.prompts.messages(claim)
+
+    def new_budget(self) -> SearchBudget:
+        return SearchBudget(self.tool, self.prompts, self.cfg.max_searches, self.cfg.abstract_chars)
 
     def run(self, claim: str, claim_id: str | None = None, dataset: str | None = None,
             gold_label: Label | str | None = None) -> Episode:
         started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         t0 = time.perf_counter()
-        state = self.graph.invoke({"messages": self.initial_messages(claim), "searches": 0, "refusals": 0,
-                                   "llm_calls": 0}, {"recursion_limit": recursion_limit(self.graph_cfg)})
+        budget = self.new_budget()
+        state = self.graph.invoke({"messages": self.initial_messages(claim), "refusals": 0, "llm_calls": 0},
+                                  {"recursion_limit": recursion_limit(self.graph_cfg),
+                                   "configurable": {"budget": budget}})
         total = time.perf_counter() - t0
         messages = state["messages"]
         last = messages[-1] if messages else {}
@@ -111,17 +109,14 @@ class Agent:
         return Episode(
             claim=claim, claim_id=claim_id, dataset=dataset,
             gold_label=Label(gold_label) if gold_label else None,
-            messages=messages,
-            queries=[QueryRecord(**q) for q in state.get("queries", [])],
-            ledger={pmid: Article(**{k: v for k, v in a.items() if k != "query_index"})
-                    for pmid, a in state.get("ledger", {}).items()},
-            tool_errors=state.get("tool_errors", []),
+            messages=messages, queries=list(budget.queries), ledger=dict(budget.ledger),
+            tool_errors=list(budget.errors),
             final_text=final_text, report=parsed.report, parse_problems=parsed.problems,
-            stop_reason=state.get("stop_reason", ""), searches=state.get("searches", 0),
+            stop_reason=state.get("stop_reason", ""), searches=budget.searches,
             llm_calls=state.get("llm_calls", 0), llm=self.llm.spec, llm_fingerprint=self.llm_fingerprint,
             prompt_hash=self.prompts_hash, search_backend=self.search_backend,
             config=asdict(self.cfg),
             timing={"total_s": round(total, 4), "llm_s": round(state.get("llm_seconds", 0.0), 4),
-                    "search_s": round(state.get("search_seconds", 0.0), 4)},
+                    "search_s": round(budget.search_seconds, 4)},
             started_at=started,
         )

@@ -1,12 +1,15 @@
-"""The agent as a LangGraph state machine: llm -> tools -> ... -> intervention -> llm -> END.
+"""The agent as a LangGraph state machine: llm -> tools -> llm ... -> intervention -> llm -> END.
 
   llm           the chat model with `search_pubmed` offered as its one tool
-  tools         runs the requested searches through the evidence layer; papers come back as text
-  intervention  once the search budget is spent: appends the "write the report now" instruction to
-                the last tool result, and refuses (does not run) any further tool call
+  tools         hands the model's tool calls to the episode's SearchBudget (agent/budget.py), which
+                runs the searches and appends the "write the report now" intervention to the result
+                of the search that spends the budget
+  intervention  tool calls after the budget is spent: the budget refuses them (not run) and repeats
+                the intervention, at most `max_refusals` rounds; then the episode ends
 
-The intervention reaches the model inside the last tool result rather than as a new user turn, the
-same place a tool-calling trainer can put it, so training and inference present it identically.
+The intervention reaches the model inside a tool result rather than as a new user turn, the same
+place a tool-calling trainer can put it, so training and inference present it identically. The
+budget is a per-episode object passed in the run config (`configurable.budget`), not graph state.
 """
 
 from __future__ import annotations
@@ -18,44 +21,16 @@ from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
+from biocheck.agent.budget import SearchBudget
 from biocheck.agent.llm.base import ChatLLM, LLMError
 from biocheck.agent.prompts import Prompts
-from biocheck.agent.tools import MISSING_QUERY, TOOL_NAME, TOOL_SCHEMA, format_results
-
-
-@dataclass
-class Replace:
-    """A state update that replaces message `index` instead of appending."""
-
-    index: int
-    message: dict[str, Any]
-
-
-def merge_messages(left: list[dict], right: list[dict | Replace]) -> list[dict]:
-    out = list(left)
-    for item in right:
-        if isinstance(item, Replace):
-            out[item.index] = item.message
-        else:
-            out.append(item)
-    return out
-
-
-def merge_ledger(left: dict[str, dict], right: dict[str, dict]) -> dict[str, dict]:
-    return {**right, **left}  # first retrieval of a paper wins (it keeps the query that found it first)
 
 
 class AgentState(TypedDict, total=False):
-    messages: Annotated[list[dict], merge_messages]
-    searches: int  # search_pubmed calls executed (the budget counts these)
+    messages: Annotated[list[dict], operator.add]
     refusals: int  # rounds of tool calls refused after the budget was spent
     llm_calls: int
-    queries: Annotated[list[dict], operator.add]  # {query, pmids, error, n_results}
-    ledger: Annotated[dict[str, dict], merge_ledger]  # pmid -> article dict (+ "query_index")
-    tool_errors: Annotated[list[str], operator.add]
     llm_seconds: Annotated[float, operator.add]
-    search_seconds: Annotated[float, operator.add]
-    exhausted_at: int  # index of the tool message whose search spent the budget
     stop_reason: str
 
 
@@ -63,16 +38,28 @@ class AgentState(TypedDict, total=False):
 class GraphConfig:
     max_searches: int = 5
     max_refusals: int = 2  # refuse-and-remind rounds after the budget before giving up on a report
-    abstract_chars: int | None = None  # truncate abstracts in tool results (small-context models)
 
 
-def build_graph(llm: ChatLLM, tool, cfg: GraphConfig, prompts: Prompts):
-    """Compile the graph for one (llm, search tool, limits) triple; invoke it once per claim."""
+def tool_messages(budget: SearchBudget, message: dict[str, Any]) -> list[dict[str, Any]]:
+    """One tool message per tool call of an assistant message, in order."""
+    out = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        name = fn.get("name")
+        text = budget.call(name, fn.get("arguments"))
+        out.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name if isinstance(name, str) else "",
+                    "content": text})
+    return out
+
+
+def build_graph(llm: ChatLLM, cfg: GraphConfig, prompts: Prompts):
+    """Compile the graph for one (llm, limits, prompts) triple; invoke it once per claim with a fresh budget."""
+    tools = [prompts.tool_schema()]
 
     def llm_node(state: AgentState) -> dict:
         t0 = time.perf_counter()
         try:
-            turn = llm.chat(state["messages"], [TOOL_SCHEMA])
+            turn = llm.chat(state["messages"], tools)
         except LLMError as e:  # a dead server ends this episode, not the whole batch
             return {"stop_reason": f"llm_error: {e}", "llm_seconds": time.perf_counter() - t0,
                     "llm_calls": state.get("llm_calls", 0) + 1}
@@ -82,71 +69,21 @@ def build_graph(llm: ChatLLM, tool, cfg: GraphConfig, prompts: Prompts):
         return {"messages": [msg], "llm_calls": state.get("llm_calls", 0) + 1,
                 "llm_seconds": time.perf_counter() - t0}
 
-    def tools_node(state: AgentState) -> dict:
-        calls = state["messages"][-1].get("tool_calls") or []
-        searches = state.get("searches", 0)
-        messages, queries, ledger, errors = [], [], {}, []
-        seconds = 0.0
-        exhausted_at = state.get("exhausted_at")
-        for call in calls:
-            fn = call.get("function") or {}
-            name, args = fn.get("name"), fn.get("arguments") or {}
-            query = args.get("query") if isinstance(args, dict) else None
-            if name != TOOL_NAME:
-                text = f"Unknown tool {name!r}: the only tool is {TOOL_NAME}(query)."
-                errors.append(text)
-            elif searches >= cfg.max_searches:
-                text = prompts.refusal() + " " + prompts.intervention()
-            elif not isinstance(query, str):
-                text = MISSING_QUERY
-                errors.append(text)
-                searches += 1
-            else:
-                t0 = time.perf_counter()
-                out = tool.run(query)
-                seconds += time.perf_counter() - t0
-                searches += 1
-                index = len(state.get("queries", [])) + len(queries)
-                queries.append({"query": query, "pmids": [r["pmid"] for r in out.results], "error": out.error,
-                                "n_results": len(out.results), "backend": out.backend,
-                                "translation": out.translation})
-                for a in out.articles:
-                    ledger.setdefault(a.pmid, {**a.model_dump(), "query_index": index})
-                if out.error:
-                    errors.append(out.error)
-                text = format_results(out, cfg.abstract_chars)
-            if searches == cfg.max_searches and exhausted_at is None:
-                exhausted_at = len(state["messages"]) + len(messages)
-            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name or "", "content": text})
-        update = {"messages": messages, "searches": searches, "queries": queries, "ledger": ledger,
-                  "tool_errors": errors, "search_seconds": seconds}
-        if exhausted_at is not None:
-            update["exhausted_at"] = exhausted_at
-        return update
+    def tools_node(state: AgentState, config) -> dict:
+        return {"messages": tool_messages(config["configurable"]["budget"], state["messages"][-1])}
 
-    def intervention_node(state: AgentState) -> dict:
-        last = state["messages"][-1]
-        if last.get("role") == "tool":
-            # The budget was just spent: the reminder goes into the result of the search that spent it
-            # (a tool-calling trainer can only speak through that result); later calls were refused.
-            i = state.get("exhausted_at", len(state["messages"]) - 1)
-            spent = state["messages"][i]
-            return {"messages": [Replace(i, {**spent, "content": spent["content"] + "\n\n" + prompts.intervention()})]}
-        refused = [{"role": "tool", "tool_call_id": c.get("id", ""), "name": (c.get("function") or {}).get("name", ""),
-                    "content": prompts.refusal() + " " + prompts.intervention()} for c in last.get("tool_calls") or []]
-        return {"messages": refused, "refusals": state.get("refusals", 0) + 1}
+    def intervention_node(state: AgentState, config) -> dict:
+        return {"messages": tool_messages(config["configurable"]["budget"], state["messages"][-1]),
+                "refusals": state.get("refusals", 0) + 1}
 
-    def after_llm(state: AgentState) -> str:
+    def after_llm(state: AgentState, config) -> str:
         if state.get("stop_reason"):
             return END
         if not state["messages"][-1].get("tool_calls"):
             return "final"
-        if state.get("searches", 0) < cfg.max_searches:
+        if not config["configurable"]["budget"].exhausted:
             return "tools"
         return "intervention" if state.get("refusals", 0) < cfg.max_refusals else "refusals_exhausted"
-
-    def after_tools(state: AgentState) -> str:
-        return "intervention" if state.get("searches", 0) >= cfg.max_searches else "llm"
 
     def stop(reason: str):
         return lambda state: {"stop_reason": reason}
@@ -159,7 +96,7 @@ def build_graph(llm: ChatLLM, tool, cfg: GraphConfig, prompts: Prompts):
     g.add_node("refusals_exhausted", stop("budget_refusals_exhausted"))
     g.add_edge(START, "llm")
     g.add_conditional_edges("llm", after_llm, ["tools", "intervention", "final", "refusals_exhausted", END])
-    g.add_conditional_edges("tools", after_tools, ["llm", "intervention"])
+    g.add_edge("tools", "llm")
     g.add_edge("intervention", "llm")
     g.add_edge("final", END)
     g.add_edge("refusals_exhausted", END)
@@ -167,5 +104,6 @@ def build_graph(llm: ChatLLM, tool, cfg: GraphConfig, prompts: Prompts):
 
 
 def recursion_limit(cfg: GraphConfig) -> int:
-    # Each round is llm + tools (+ intervention); generous headroom, but a hard stop all the same.
-    return 4 * (cfg.max_searches + cfg.max_refusals) + 10
+    # Every round with tool calls spends a search or a refusal, so rounds are bounded by
+    # max_searches + max_refusals; each round is two steps. A hard stop with headroom all the same.
+    return 2 * (cfg.max_searches + cfg.max_refusals) + 10

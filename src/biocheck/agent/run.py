@@ -1,4 +1,6 @@
-"""Build the agent from params and run it on one claim or a batch (what `biocheck check` does)."""
+"""Run the agent on a batch of claims: traces per claim, resumable, and a summary (`biocheck check --claims`).
+
+The agent itself is built from params by `biocheck.pipeline.agent`."""
 
 from __future__ import annotations
 
@@ -11,27 +13,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from biocheck.agent.episode import Agent, AgentConfig, Episode
-from biocheck.agent.llm import GenerationConfig, make_llm
+from biocheck.agent.episode import Agent, Episode
 from biocheck.io import InputError, read_jsonl, write_text_atomic
 
 log = logging.getLogger(__name__)
 
 
-def build_agent(agent_cfg: AgentConfig, search_cfg) -> Agent:
-    from biocheck.pubmed.search import search_tool
-
-    gen = GenerationConfig(
-        max_new_tokens=agent_cfg.max_new_tokens,
-        temperature=agent_cfg.temperature,
-        top_p=agent_cfg.top_p,
-        seed=agent_cfg.seed,
-    )
-    llm = make_llm(agent_cfg.llm, gen)
-    return Agent(llm, search_tool(search_cfg), agent_cfg, search_backend=search_cfg.backend)
-
-
-def load_claims(path: Path) -> list[dict[str, Any]]:
+def read_claims(path: Path) -> list[dict[str, Any]]:
     """Claims for a batch: prepared records (id, claim, label, dataset) or just {"claim": ...} per line."""
     rows = read_jsonl(path)
     claims = []

@@ -17,7 +17,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from biocheck.config import plain
 from biocheck.data.fetch import MANIFEST as RAW_MANIFEST
 from biocheck.data.schema import SPLITS, ClaimRecord, CorpusDoc
 from biocheck.data.sources import (
@@ -30,6 +29,7 @@ from biocheck.data.sources import (
 from biocheck.data.split import stratified_split, stratified_subset
 from biocheck.io import InputError, atomic_dir, dump_jsonl, read_jsonl, write_json_atomic
 from biocheck.labels import LABELS, Label
+from biocheck.params import plain
 
 log = logging.getLogger(__name__)
 

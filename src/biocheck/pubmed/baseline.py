@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from biocheck.pubmed.parse import XMLParseError, article_from_record, iter_pubmed_records
+from biocheck.pubmed.article_xml import XMLParseError, article_from_record, iter_pubmed_records
 from biocheck.pubmed.types import Article
 
 logger = logging.getLogger(__name__)

@@ -73,8 +73,8 @@ def _articles(cfg: EvidenceConfig, files: list[Path], store) -> Iterator[Article
 
 def build_evidence(cfg: EvidenceConfig | None = None) -> dict:
     """Build the index, make sure the store exists; return (and write) their statistics."""
+    from biocheck.pubmed.article_xml import XMLParseError
     from biocheck.pubmed.local import LocalIndex
-    from biocheck.pubmed.parse import XMLParseError
     from biocheck.pubmed.store import EvidenceStore
 
     cfg = cfg or EvidenceConfig()

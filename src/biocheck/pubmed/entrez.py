@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from biocheck.pubmed.parse import EsearchReply, parse_efetch, parse_esearch
+from biocheck.pubmed.article_xml import EsearchReply, parse_efetch, parse_esearch
 from biocheck.pubmed.ratelimit import RateLimiter, shared_limiter
 from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy, utc_now
 from biocheck.pubmed.types import Article, SearchError, SearchResult

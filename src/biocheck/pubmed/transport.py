@@ -27,7 +27,7 @@ from urllib.parse import urljoin
 
 import httpx
 
-from biocheck.pubmed.parse import MissingDTDError, XMLParseError
+from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError
 from biocheck.pubmed.ratelimit import RateLimiter
 from biocheck.pubmed.types import SearchError
 

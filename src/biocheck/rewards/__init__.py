@@ -1,1 +1,3 @@
-"""Rewards for the agent's reports: strict evidence grounding first (a later issue adds the rest)."""
+"""EG-GRPO's reward: its components (components.py), strict evidence grounding (grounding.py) and the
+evidence judge (judge/). The trainer's reward functions (train/reward_funcs.py) and trace scoring
+(evaluate/score.py) are thin layers over these."""

@@ -17,12 +17,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from biocheck.agent.parse import parse_report
 from biocheck.labels import Label
 from biocheck.pubmed import query as pubmed_query
 from biocheck.pubmed.types import Article
+from biocheck.report.parse import parse_report
 from biocheck.rewards.grounding import EntryCheck, check_entry, ehr
-from biocheck.rewards.judge_base import Judge, Scores, clean_scores
+from biocheck.rewards.judge.base import Judge, Scores, clean_scores
 
 Variant = Literal["eg_grpo", "outcome_only"]
 VARIANTS: tuple[str, ...] = ("eg_grpo", "outcome_only")

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from biocheck.agent.parse import format_report
-from biocheck.agent.report import EvidenceItem, Report, Summary
 from biocheck.data.schema import ClaimRecord, CorpusDoc
 from biocheck.labels import Label
-from biocheck.rewards.grounding import find_quote
+from biocheck.report.quotes import find_quote
+from biocheck.report.schema import EvidenceItem, Report, Summary
+from biocheck.report.writer import format_report
 
 STOPWORDS = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "without", "and", "or", "not", "no", "is", "are", "was", "were", "be", "been", "being", "has", "have", "had", "do", "does", "did", "can", "could", "may", "might", "will", "would", "shall", "should", "this", "that", "these", "those", "it", "its", "their", "there", "than", "then", "as", "into", "about", "after", "before", "over", "under", "between", "among", "during", "through", "via", "vs", "versus", "per", "which", "who", "whom", "whose", "what", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "only", "own", "same", "so", "too", "very", "just", "also", "increase", "increases", "increased", "decrease", "decreases", "decreased", "reduce", "reduces", "reduced", "associated", "association", "risk", "effect", "effects", "patients", "people", "individuals"])
 
@@ -53,9 +53,9 @@ def demonstration(record: ClaimRecord, env, corpus: dict[str, CorpusDoc], max_se
         messages.append(_call(query, i))
         messages.append({"role": "tool", "tool_call_id": f"call_{i}", "name": "search_pubmed",
                          "content": env.search_pubmed(query)})
-        if env.ledger:
+        if env.budget.ledger:
             break
-    messages.append({"role": "assistant", "content": format_report(_report(record, env.ledger, corpus))})
+    messages.append({"role": "assistant", "content": format_report(_report(record, env.budget.ledger, corpus))})
     return messages
 
 

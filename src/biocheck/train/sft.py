@@ -17,8 +17,6 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from biocheck.agent.tools import TOOL_SCHEMA
-
 log = logging.getLogger(__name__)
 
 
@@ -35,35 +33,37 @@ class SFTConfig:
         self.out_dir = Path(self.out_dir)
 
 
-def render_ids(tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
-    ids = tokenizer.apply_chat_template(messages, tools=[TOOL_SCHEMA], add_generation_prompt=add_generation_prompt,
+def render_ids(tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool,
+               tools: list[dict[str, Any]]) -> list[int]:
+    ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                         tokenize=True, return_dict=False)
     return list(ids)
 
 
-def assistant_labels(tokenizer, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+def assistant_labels(tokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
     """(input_ids, labels) with labels = -100 everywhere except the assistant turns."""
-    full = render_ids(tokenizer, messages, add_generation_prompt=False)
+    full = render_ids(tokenizer, messages, add_generation_prompt=False, tools=tools)
     labels = [-100] * len(full)
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
-        start = len(render_ids(tokenizer, messages[:i], add_generation_prompt=True))
-        end = len(render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False))
-        if full[:end] != render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False):
+        start = len(render_ids(tokenizer, messages[:i], add_generation_prompt=True, tools=tools))
+        end = len(render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, tools=tools))
+        if full[:end] != render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, tools=tools):
             raise ValueError("the chat template is not prefix-preserving; cannot locate assistant turns")
         labels[start:end] = full[start:end]
     return full, labels
 
 
-def train_sft(model, tokenizer, conversations: list[list[dict[str, Any]]], cfg: SFTConfig, seed: int = 0,
+def train_sft(model, tokenizer, conversations: list[list[dict[str, Any]]], cfg: SFTConfig,
+              tools: list[dict[str, Any]], seed: int = 0,
               progress: bool = True) -> dict[str, Any]:
     """Fine-tune `model` in place on the conversations; return stats (examples, steps, first/last loss)."""
     import torch
 
     examples = []
     for conv in conversations[: cfg.max_examples]:
-        ids, labels = assistant_labels(tokenizer, conv)
+        ids, labels = assistant_labels(tokenizer, conv, tools)
         if len(ids) <= cfg.max_length:
             examples.append((ids, labels))
     if not examples:

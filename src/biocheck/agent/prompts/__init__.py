@@ -1,15 +1,19 @@
 """The agent's prompts: the *.md files in this folder (package data), filled and fingerprinted here.
 
 The same texts drive `biocheck check`, evaluation and RL training: nothing else in the code base
-spells out a prompt. Their combined hash is logged with every episode and run.
+spells out a prompt. A `Prompts` holds the two numbers the texts state (the search budget and the
+papers per search) and also gives the tool's schema, so the system prompt and the tool description
+can never disagree. `hash()` covers everything the model reads and is logged with every episode and run.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 NAMES = ("system", "user", "intervention", "refusal")
 
@@ -23,6 +27,11 @@ def _raw(name: str) -> str:
 class Prompts:
     max_searches: int = 5
     papers_per_search: int = 5
+
+    @classmethod
+    def for_tool(cls, max_searches: int, tool: Any) -> Prompts:
+        """The prompts for a search tool: papers per search is what the tool returns (`tool.max_results`)."""
+        return cls(max_searches=max_searches, papers_per_search=int(tool.max_results))
 
     def _fill(self, name: str, **extra: str) -> str:
         return _raw(name).format(max_searches=self.max_searches, papers_per_search=self.papers_per_search, **extra)
@@ -39,13 +48,20 @@ class Prompts:
     def refusal(self) -> str:
         return self._fill("refusal")
 
+    def messages(self, claim: str) -> list[dict[str, str]]:
+        """The conversation an episode starts from (the agent's, and TRL's dataset rows)."""
+        return [{"role": "system", "content": self.system()}, {"role": "user", "content": self.user(claim)}]
 
-def prompt_hash() -> str:
-    """sha256 (first 16 hex digits) over every prompt template and the tool description."""
-    from biocheck.agent.tools import TOOL_SCHEMA
+    def tool_schema(self) -> dict[str, Any]:
+        from biocheck.agent.tools import tool_schema
 
-    h = hashlib.sha256()
-    for name in NAMES:
-        h.update(name.encode() + b"\0" + _raw(name).encode() + b"\0")
-    h.update(repr(TOOL_SCHEMA).encode())
-    return h.hexdigest()[:16]
+        return tool_schema(self.papers_per_search)
+
+    def hash(self) -> str:
+        """sha256 (first 16 hex digits) over every filled prompt, the user template and the tool schema."""
+        h = hashlib.sha256()
+        for name in NAMES:
+            text = _raw(name) if name == "user" else self._fill(name)
+            h.update(name.encode() + b"\0" + text.encode() + b"\0")
+        h.update(json.dumps(self.tool_schema(), sort_keys=True).encode())
+        return h.hexdigest()[:16]

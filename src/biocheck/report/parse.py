@@ -11,14 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from biocheck.agent.parse_common import SECTION_NAMES, has_words, pure_label, section_kind, snip
-from biocheck.agent.parse_evidence import parse_evidence
-from biocheck.agent.parse_fields import SUMMARY_TITLES, parse_summary, read_conclusion, stray_conclusion
-from biocheck.agent.parse_json import json_report
-from biocheck.agent.report import ParsedReport, Report
 from biocheck.labels import Label
+from biocheck.report.parse_common import SECTION_NAMES, has_words, pure_label, section_kind, snip
+from biocheck.report.parse_evidence import parse_evidence
+from biocheck.report.parse_fields import parse_summary, read_conclusion, stray_conclusion
+from biocheck.report.parse_json import json_report
+from biocheck.report.schema import ParsedReport, Report
 
-__all__ = ["format_report", "parse_report"]
+__all__ = ["parse_report"]
 
 MAX_PROBLEMS = 50  # a garbage text must not yield a problem list longer than the report
 
@@ -41,27 +41,6 @@ def parse_report(text: str) -> ParsedReport:
     if len(problems) > MAX_PROBLEMS:
         problems = problems[:MAX_PROBLEMS] + [f"... and {len(problems) - MAX_PROBLEMS} more problems"]
     return ParsedReport(report=report, problems=problems)
-
-
-def format_report(report: Report) -> str:
-    """The report in exactly the system prompt's format; `parse_report` reads it back unchanged."""
-    lines: list[str] = []
-    for title, items in (("Supporting evidence", report.supporting), ("Refuting evidence", report.refuting)):
-        lines.append(f"## {title}")
-        if not items:
-            lines.append("None")
-        for item in items:
-            context = item.context.split("\n")
-            lines += [f"- PMID: {item.pmid}".rstrip(), f'  Quote: "{item.quote}"', f"  Context: {context[0]}".rstrip()]
-            lines += [f"  {line}" if line else "" for line in context[1:]]
-    lines.append("## Summary")
-    for key, title in SUMMARY_TITLES.items():
-        first, *more = getattr(report.summary, key).split("\n")
-        lines += [f"{title}: {first}".rstrip(), *more]
-    lines.append("## Conclusion")
-    if report.conclusion is not None:
-        lines.append(report.conclusion.display)
-    return "\n".join(lines) + "\n"
 
 
 # -- input clean-up ---------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from biocheck.agent.episode import Episode
+from biocheck.evaluate.metrics import aggregate
 from biocheck.io import InputError, write_text_atomic
 from biocheck.labels import Label
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
-from biocheck.rewards.judge_base import Judge
-from biocheck.rewards.metrics import aggregate
+from biocheck.rewards.judge.base import Judge
 
 log = logging.getLogger(__name__)
 

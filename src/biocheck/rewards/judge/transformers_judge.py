@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from biocheck.rewards.judge_base import (
+from biocheck.rewards.judge.base import (
     ANSWER_WORDS,
     DEFAULT_MAX_ABSTRACT_CHARS,
     KEYS,
@@ -32,7 +32,7 @@ from biocheck.rewards.judge_base import (
     Pair,
     Scores,
     clean_scores,
-    prompt_hash,
+    judge_prompt_hash,
     render_prompt,
 )
 
@@ -136,7 +136,7 @@ class TransformersJudge:
                 raise JudgeError(f"{self.spec}: one answer word's tokens are a prefix of another's; cannot score")
         self.mode: Literal["first_token", "sequence"] = mode
         self.answer_ids = {key: ids[0] for key, ids in self.continuations.items()}
-        self.prompt_hash = prompt_hash("transformers", self.mode, self.max_abstract_chars)
+        self.prompt_hash = judge_prompt_hash("transformers", self.mode, self.max_abstract_chars)
         self._lock = threading.Lock()
         self._torch = torch
         self._per_row_keep = _has_per_row_logits_to_keep()

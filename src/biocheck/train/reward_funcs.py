@@ -46,11 +46,11 @@ class RewardBank:
 
     def _breakdowns(self, completions, environments, label, claim) -> list:
         texts = [final_text(c) for c in completions]
-        key = tuple((id(e), t, tuple(e.queries)) for e, t in zip(environments, texts, strict=True))
+        key = tuple((id(e.budget), t, tuple(e.budget.query_texts())) for e, t in zip(environments, texts, strict=True))
         with self._lock:
             if key in self._cache:
                 return self._cache[key]
-        views = [EpisodeView(claim=c, gold=Label(g) if g else None, queries=list(e.queries), ledger=dict(e.ledger),
+        views = [EpisodeView(claim=c, gold=Label(g) if g else None, queries=e.budget.query_texts(), ledger=dict(e.budget.ledger),
                              final_text=t) for c, g, e, t in zip(claim, label, environments, texts, strict=True)]
         scored = score_many(views, self.cfg, self.judge)
         with self._lock:
@@ -68,7 +68,7 @@ class RewardBank:
                 raise ValueError("the BioCheck rewards need the rollout environments (environment_factory)")
             scored = self._breakdowns(completions, environments, label, claim)
             if name == "searches":
-                return [float(len(e.queries)) for e in environments]
+                return [float(len(e.budget.queries)) for e in environments]
             return [float(getattr(b, name)) for b in scored]
 
         fn.__name__ = name  # TRL logs rewards/<__name__>/mean

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from biocheck.pubmed.types import Article
-from biocheck.rewards.judge_base import KEYS, Judge, JudgeError, Pair, Scores, clean_scores
+from biocheck.rewards.judge.base import KEYS, Judge, JudgeError, Pair, Scores, clean_scores
 from biocheck.sqlite_db import SQLiteDB
 
 log = logging.getLogger(__name__)

@@ -56,7 +56,7 @@ def render_prompt(claim: str, article: Article, max_abstract_chars: int | None =
                                     abstract=abstract.strip() or "(no abstract)")
 
 
-def prompt_hash(*settings: object) -> str:
+def judge_prompt_hash(*settings: object) -> str:
     """sha256 (16 hex) of the template, the answer words and every setting that changes a score."""
     h = hashlib.sha256(prompt_template().encode())
     for key in KEYS:

@@ -11,12 +11,12 @@ import json
 from collections.abc import Mapping, Sequence
 from urllib.parse import quote as url_quote
 
-from biocheck.agent.parse import format_report
-from biocheck.agent.parse_fields import SUMMARY_TITLES
-from biocheck.agent.report import EvidenceItem, ParsedReport, Report
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
-from biocheck.rewards.grounding import find_quote
+from biocheck.report.parse_fields import SUMMARY_TITLES
+from biocheck.report.quotes import find_quote
+from biocheck.report.schema import EvidenceItem, ParsedReport, Report
+from biocheck.report.writer import format_report
 
 PUBMED_URL = "https://pubmed.ncbi.nlm.nih.gov/{}/"
 NOT_RETRIEVED = "not in the retrieved papers"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from biocheck.rewards.judge_base import (
+from biocheck.rewards.judge.base import (
     ANSWER_WORDS,
     DEFAULT_MAX_ABSTRACT_CHARS,
     KEYS,
@@ -24,7 +24,7 @@ from biocheck.rewards.judge_base import (
     Pair,
     Scores,
     clean_scores,
-    prompt_hash,
+    judge_prompt_hash,
     render_prompt,
 )
 
@@ -86,7 +86,7 @@ class OpenAIJudge:
         # Reuse the agent backend's client: base URL and key from the environment, retries with backoff.
         self._chat = OpenAIChat(model, base_url=base_url, api_key=api_key, timeout=timeout,
                                 max_attempts=max_attempts)
-        self.prompt_hash = prompt_hash("openai", self.top_logprobs, self.max_abstract_chars)
+        self.prompt_hash = judge_prompt_hash("openai", self.top_logprobs, self.max_abstract_chars)
 
     def fingerprint(self) -> str:
         return self._chat.fingerprint()

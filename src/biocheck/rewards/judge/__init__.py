@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from biocheck.rewards.judge_base import (
+from biocheck.rewards.judge.base import (
     ANSWER_WORDS,
     KEYS,
     Judge,
@@ -22,13 +22,13 @@ from biocheck.rewards.judge_base import (
     Pair,
     Scores,
     clean_scores,
-    prompt_hash,
+    judge_prompt_hash,
     prompt_template,
     render_prompt,
 )
-from biocheck.rewards.judge_cache import CachedJudge, JudgeCache, JudgeCacheError, pair_key
-from biocheck.rewards.judge_openai import OpenAIJudge  # imports httpx only when built
-from biocheck.rewards.judge_transformers import TransformersJudge  # imports torch only when built
+from biocheck.rewards.judge.cache import CachedJudge, JudgeCache, JudgeCacheError, pair_key
+from biocheck.rewards.judge.openai_judge import OpenAIJudge  # imports httpx only when built
+from biocheck.rewards.judge.transformers_judge import TransformersJudge  # imports torch only when built
 
 OFF = ("", "none", "off", "null", "false")
 
@@ -71,7 +71,7 @@ __all__ = [
     "clean_scores",
     "make_judge",
     "pair_key",
-    "prompt_hash",
+    "judge_prompt_hash",
     "prompt_template",
     "render_prompt",
 ]

@@ -1,0 +1,149 @@
+"""params.yaml as plain data: read it, map one section onto a stage's Config dataclass, and back.
+
+params.yaml is plain data (one section per stage); each stage's Config dataclass lives beside the
+stage. This module knows no stage: `biocheck.pipeline` says which section feeds which Config. Every
+error names the file, the key and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from biocheck.io import InputError
+
+DEFAULT_PARAMS = Path("params.yaml")
+T = TypeVar("T")
+
+
+class Params(dict):
+    """The sections of a parameters file; `path` is where they came from (error messages name it)."""
+
+    path: Path = DEFAULT_PARAMS
+
+
+def plain(cfg: Any) -> dict[str, Any]:
+    """A config dataclass as plain data (paths as strings): for MLflow params, manifests and run keys."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+
+
+def load_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
+    """The parameters file as a dict of sections; a clear InputError for anything else."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; --params wants a parameters file such as params.yaml.")
+    if not path.is_file():
+        raise InputError(f"{path}: no such parameters file (run from the repo root, or pass --params).")
+    try:
+        params = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start}); save the parameters file as UTF-8.") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{path}: not valid YAML{at}: {problem}; fix the file or restore it with "
+                         "`biocheck profile use quickstart`.") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the parameters file ({e.strerror or e}).") from None
+    if not isinstance(params, dict):
+        raise InputError(f"{path}: expected a mapping of sections (fetch:, data:, ...) at the top level, "
+                         f"found {type(params).__name__}.")
+    out = Params(params)
+    out.path = path
+    return out
+
+
+def source(params: dict[str, Any]) -> str:
+    """The file the params came from, for error messages ("params.yaml" when built in code)."""
+    return str(getattr(params, "path", DEFAULT_PARAMS))
+
+
+def raw_section(params: dict[str, Any], name: str) -> dict[str, Any]:
+    """params[name] as a dict ({} when absent); InputError when it is not a mapping."""
+    values = params.get(name)
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise InputError(f"{source(params)}: section '{name}' must be a mapping of keys, "
+                         f"found {type(values).__name__} {values!r:.60}.")
+    return dict(values)
+
+
+def section(params: dict[str, Any], name: str, cls: type[T], values: dict[str, Any] | None = None,
+            **overrides: Any) -> T:
+    """Build `cls` from params[name] (or `values`); unknown keys are an error naming the key and the choices.
+
+    `overrides` are command-line options: they win over the file, and an error they cause names the
+    option, not the file.
+    """
+    values = raw_section(params, name) if values is None else dict(values)
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise InputError(f"{source(params)}: unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
+                         f"'{name}' accepts {sorted(fields)}.")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        check_types(cls, values)
+        check_types(cls, given)
+        return cls(**{**values, **given})
+    except (TypeError, ValueError) as e:
+        if given:
+            try:  # was it the file or the command line?
+                check_types(cls, values)
+                cls(**values)
+            except (TypeError, ValueError):
+                pass
+            else:
+                raise InputError(f"command-line option: {e}") from None
+        raise InputError(f"{source(params)}, section '{name}': {e}") from None
+
+
+def check_types(cls: type, values: dict[str, Any]) -> None:
+    """ValueError naming the key when a value's type does not fit a simple field (int, float, bool, str,
+    Path, or one of them | None); containers are left to the Config's own checks."""
+    hints = typing.get_type_hints(cls)
+    for key, value in values.items():
+        allowed = _simple(hints.get(key))
+        if allowed is None or (value is None and type(None) in allowed):
+            continue
+        if not _fits(value, allowed):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+            raise ValueError(f"{key}: {value!r} is not a {names}")
+
+
+_SIMPLE = (int, float, bool, str, Path)
+
+
+def _simple(hint: Any) -> tuple[type, ...] | None:
+    if hint in _SIMPLE:
+        return (hint,)
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = typing.get_args(hint)
+        if all(a in _SIMPLE or a is type(None) for a in args):
+            return args
+    return None
+
+
+def _fits(value: Any, allowed: tuple[type, ...]) -> bool:
+    for t in allowed:
+        if t is type(None):
+            continue
+        if t is bool:
+            if isinstance(value, bool):
+                return True
+        elif t in (int, float):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and (t is float or isinstance(value, int)):
+                return True
+        elif t is Path:
+            if isinstance(value, (str, Path)):
+                return True
+        elif isinstance(value, t):
+            return True
+    return False

@@ -1,0 +1,291 @@
+"""The one wiring module: params -> typed configs -> components, and one function per pipeline stage.
+
+`cli.py` (and through it DVC), the Prefect flows in `flows/` and the benchmarks in `bench/` call only
+these functions; no other module reads params.yaml or assembles an agent, a search tool or a judge.
+Each stage function takes the params (a file path or an already loaded dict) plus command-line
+overrides, runs the stage and records it in MLflow.
+
+Sections and who reads them:
+  fetch -> FetchConfig          data -> PrepareConfig         validate -> ValidateConfig
+  evidence -> EvidenceConfig    search -> SearchConfig        model -> ModelConfig
+  agent -> AgentConfig          reward -> RewardConfig + JudgeConfig
+  train -> TrainConfig          select -> SelectConfig        profile: the profile's name
+A section or key that nothing reads is an error, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from biocheck import tracking
+from biocheck.io import InputError
+from biocheck.params import DEFAULT_PARAMS, Params, load_params, plain, raw_section, section, source
+
+log = logging.getLogger(__name__)
+
+SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "train",
+            "select")
+
+
+def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
+    """Loaded params (a path is read); unknown top-level sections are an error."""
+    p = params if isinstance(params, dict) else load_params(params)
+    unknown = sorted(k for k in p if k not in SECTIONS)
+    if unknown:
+        raise InputError(f"{source(p)}: unknown section(s) {', '.join(unknown)}; known sections: {', '.join(SECTIONS)}.")
+    return p
+
+
+# --- params -> configs -------------------------------------------------------------------------------
+
+def fetch_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.data.fetch import FetchConfig
+
+    # Files land where `prepare` reads them: one key (data.raw_dir), not two that could disagree.
+    raw_dir = overrides.pop("raw_dir", None) or raw_section(params, "data").get("raw_dir")
+    cfg = section(params, "fetch", FetchConfig, raw_dir=raw_dir, **overrides)
+    cfg.raw_dir = Path(cfg.raw_dir)
+    return cfg
+
+
+def prepare_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.data.prepare import PrepareConfig
+
+    return section(params, "data", PrepareConfig, **overrides)
+
+
+def validate_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.data.validate import ValidateConfig
+
+    # Validate what `prepare` wrote: its folder comes from data.out_dir, not a second key.
+    prepared = overrides.pop("prepared_dir", None) or raw_section(params, "data").get("out_dir")
+    return section(params, "validate", ValidateConfig, prepared_dir=prepared, **overrides)
+
+
+def prepared_dir(params: dict[str, Any]) -> Path:
+    return Path(raw_section(params, "data").get("out_dir") or "data/prepared")
+
+
+def evidence_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.pubmed.build import EvidenceConfig
+
+    if "corpus" not in raw_section(params, "evidence") and "corpus" not in overrides:
+        overrides["corpus"] = str(prepared_dir(params) / "corpus.jsonl")
+    return section(params, "evidence", EvidenceConfig, **overrides)
+
+
+def search_config(params: dict[str, Any], **overrides: Any):
+    """The search tool's config; the index and store paths are the evidence stage's (one key each)."""
+    from biocheck.pubmed.search import SearchConfig
+
+    evidence = raw_section(params, "evidence")
+    for key in ("index_dir", "store"):
+        if key in evidence:
+            overrides.setdefault(key, evidence[key])
+    return section(params, "search", SearchConfig, **overrides)
+
+
+def agent_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.agent.episode import AgentConfig
+
+    return section(params, "agent", AgentConfig, **overrides)
+
+
+def model_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.models.stage import ModelConfig
+
+    if "corpus" not in raw_section(params, "model"):
+        overrides.setdefault("corpus", str(prepared_dir(params) / "corpus.jsonl"))
+    return section(params, "model", ModelConfig, **overrides)
+
+
+def train_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.train.grpo import TrainConfig
+
+    return section(params, "train", TrainConfig, **overrides)
+
+
+@dataclass
+class JudgeConfig:
+    """The evidence judge: `reward.judge`, `reward.judge_cache`, `reward.judge_batch_size`."""
+
+    spec: str | None = None  # transformers:<path|id> | openai:<model> | null (no judge: R_evidence = 0)
+    cache: Path | None = Path("data/evidence/judge_cache.sqlite")
+    batch_size: int = 8  # pairs per forward pass (transformers) / requests in flight (openai)
+
+    def __post_init__(self) -> None:
+        self.cache = Path(self.cache) if self.cache else None
+        if self.batch_size < 1:
+            raise ValueError(f"judge_batch_size: {self.batch_size} must be >= 1")
+
+
+JUDGE_KEYS = {"judge": "spec", "judge_cache": "cache", "judge_batch_size": "batch_size"}
+
+
+def reward_config(params: dict[str, Any], judge: str | None = None, **overrides: Any):
+    """(RewardConfig, JudgeConfig): the `reward:` section split in two; every key lands in one of them."""
+    from dataclasses import fields
+
+    from biocheck.rewards.components import RewardConfig
+
+    values = raw_section(params, "reward")
+    accepted = {f.name for f in fields(RewardConfig)} | set(JUDGE_KEYS)
+    unknown = sorted(set(values) - accepted)
+    if unknown:
+        raise InputError(f"{source(params)}: unknown key(s) {', '.join(f'reward.{k}' for k in unknown)}; "
+                         f"'reward' accepts {sorted(accepted)}.")
+    judge_values = {field: values.pop(key) for key, field in JUDGE_KEYS.items() if key in values}
+    cfg = section(params, "reward", RewardConfig, values=values, **overrides)
+    judge_cfg = section(params, "reward", JudgeConfig, values=judge_values, spec=judge)
+    return cfg, judge_cfg
+
+
+def select_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.train.select import SelectConfig
+
+    train = raw_section(params, "train")
+    if "checkpoints" not in raw_section(params, "select") and train.get("out_dir"):
+        overrides.setdefault("checkpoints", train["out_dir"])
+    return section(params, "select", SelectConfig, **overrides)
+
+
+# --- components --------------------------------------------------------------------------------------
+
+def make_search_tool(search_cfg):
+    from biocheck.pubmed.search import search_tool
+
+    return search_tool(search_cfg)
+
+
+def make_prompts(agent_cfg, tool):
+    """The one place the agent's prompts are built: budget from `agent:`, papers per search from the tool."""
+    from biocheck.agent.prompts import Prompts
+
+    return Prompts.for_tool(agent_cfg.max_searches, tool)
+
+
+def make_agent(agent_cfg, search_cfg):
+    from biocheck.agent.episode import Agent
+    from biocheck.agent.llm import GenerationConfig, make_llm
+
+    gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
+                           top_p=agent_cfg.top_p, seed=agent_cfg.seed)
+    tool = make_search_tool(search_cfg)
+    return Agent(make_llm(agent_cfg.llm, gen), tool, agent_cfg, search_backend=search_cfg.backend,
+                 prompts=make_prompts(agent_cfg, tool))
+
+
+def make_judge(judge_cfg: JudgeConfig):
+    from biocheck.rewards.judge import make_judge as _make
+
+    return _make(judge_cfg.spec, batch_size=judge_cfg.batch_size, cache=judge_cfg.cache)
+
+
+def agent(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, search: dict[str, Any] | None = None,
+          **overrides: Any):
+    """(Agent, AgentConfig, SearchConfig) for `biocheck check` and evaluation."""
+    p = params_of(params)
+    agent_cfg = agent_config(p, **overrides)
+    search_cfg = search_config(p, **(search or {}))
+    return make_agent(agent_cfg, search_cfg), agent_cfg, search_cfg
+
+
+@dataclass
+class TrainSetup:
+    """Everything a training run needs, from params."""
+
+    train: Any
+    agent: Any
+    search: Any
+    reward: Any
+    judge: JudgeConfig
+    model: Any
+    prepared: Path
+
+
+def train_setup(params: dict[str, Any], **overrides: Any) -> TrainSetup:
+    p = params_of(params)
+    train_cfg = train_config(p, **overrides)
+    reward_cfg, judge_cfg = reward_config(p)
+    return TrainSetup(train=train_cfg, agent=agent_config(p), search=search_config(p, backend=train_cfg.search_backend),
+                      reward=reward_cfg, judge=judge_cfg, model=model_config(p), prepared=prepared_dir(p))
+
+
+# --- stages (DVC runs them through the CLI; Prefect tasks call them directly) ---------------------------
+
+def fetch_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
+    from biocheck.data.fetch import fetch
+
+    return fetch(fetch_config(params_of(params), **overrides))
+
+
+def prepare_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
+    from biocheck.data.prepare import prepare
+
+    p = params_of(params)
+    cfg = prepare_config(p, **overrides)
+    stats = prepare(cfg)
+    with tracking.run("prepare", params={"profile": p.get("profile"), "data": plain(cfg)}):
+        tracking.log_metrics(stats)
+    return stats
+
+
+def validate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any):
+    from biocheck.data.validate import validate
+
+    p = params_of(params)
+    cfg = validate_config(p, **overrides)
+    result = validate(cfg)
+    with tracking.run("validate", params={"profile": p.get("profile"), "validate": plain(cfg)},
+                      tags={"success": str(result.success)}):
+        tracking.log_metrics({"checks": len(result.checks), "failed": len(result.failures),
+                              "success": int(result.success)}, prefix="validation")
+        manifest = cfg.prepared_dir / "manifest.json"
+        if manifest.is_file():  # the dataset stats of the data that was validated
+            tracking.log_metrics(json.loads(manifest.read_text(encoding="utf-8")).get("stats", {}))
+    return result
+
+
+def evidence_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
+    from biocheck.pubmed.build import build_evidence
+
+    p = params_of(params)
+    cfg = evidence_config(p, **overrides)
+    stats = build_evidence(cfg)
+    with tracking.run("evidence", params={"profile": p.get("profile"), "evidence": plain(cfg)}):
+        tracking.log_metrics(stats)
+    return stats
+
+
+def model_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
+    from biocheck.models.stage import init_model
+
+    return init_model(model_config(params_of(params), **overrides))
+
+
+def train_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
+                **overrides: Any) -> dict:
+    from biocheck.train.stage import train
+
+    return train(train_setup(params_of(params), **overrides), progress=progress)
+
+
+def select_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, register: bool | None = None,
+                 **overrides: Any) -> dict:
+    from biocheck.train.select import select
+
+    cfg = select_config(params_of(params), **overrides)
+    if register is not None:
+        cfg.register = register
+    return select(cfg)
+
+
+__all__ = ["DEFAULT_PARAMS", "JudgeConfig", "Params", "SECTIONS", "TrainSetup", "agent", "agent_config",
+           "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
+           "make_judge", "make_prompts", "make_search_tool", "model_config", "model_stage", "params_of",
+           "prepare_config", "prepare_stage", "prepared_dir", "reward_config", "search_config", "select_config",
+           "select_stage", "train_config", "train_setup", "train_stage", "validate_config", "validate_stage"]
