@@ -1,4 +1,5 @@
-"""run_batch resumes per claim: a claim is rerun exactly when its own trace is missing.
+"""run_batch resumes per claim: a claim is rerun exactly when its own trace is missing, unreadable, or was made
+by something else (another claim text, model, prompt, agent or search setting); traces never share a file.
 
 The scripted model records every conversation it answers, so the tests count the episodes that
 actually ran, not just the files on disk.
@@ -7,40 +8,47 @@ actually ran, not just the files on disk.
 from __future__ import annotations
 
 import json
+import logging
 
-from biocheck.agent.episode import Agent, AgentConfig
+import pytest
+
+from biocheck.agent.episode import Agent, AgentConfig, Episode
+from biocheck.agent.llm import LLMError
 from biocheck.agent.llm.scripted import ScriptedChat
-from biocheck.agent.run import run_batch, trace_path
+from biocheck.agent.run import run_batch, trace_name, trace_path
 from tests.test_agent import REPORT
+from tests.test_loop_graph import TABLE, TableTool
 
 CLAIMS = [{"claim": f"Claim number {i} is true.", "claim_id": f"c{i}"} for i in range(4)]
+SEARCH = {"backend": "local", "mode": "boolean", "max_results": 3, "index_dir": "idx", "store": "ev.sqlite"}
 
 
 class RecordingChat(ScriptedChat):
     """Answers every conversation with the report; remembers which claims it was asked about."""
 
-    def __init__(self) -> None:
-        super().__init__([{"content": REPORT}])
+    def __init__(self, turns=None, fail: set[str] = frozenset()) -> None:
+        super().__init__(turns or [{"content": REPORT}])
         self.asked: list[str] = []
+        self.fail = fail  # claim texts whose episode hits a dead model
 
     def chat(self, messages, tools):
         user = messages[1]["content"]
-        self.asked += [c["claim_id"] for c in CLAIMS if c["claim"] in user]
+        if any(text in user for text in self.fail):
+            raise LLMError("connection refused by http://localhost:8000/v1")
+        self.asked.append(user)
         return super().chat(messages, tools)
 
 
-def _agent() -> tuple[Agent, RecordingChat]:
-    llm = RecordingChat()
-    return Agent(llm, tool=None, cfg=AgentConfig(llm="scripted:<inline>")), llm
-
-
-def _run(out, **kw) -> list[str]:
+def _run(out, claims=CLAIMS, *, cfg: AgentConfig | None = None, search=SEARCH, llm: RecordingChat | None = None,
+         **kw) -> list[str]:
     """Claim ids the model was asked about during one run_batch call, in sorted order."""
-    agent, llm = _agent()
-    summary = run_batch(agent, CLAIMS, out, progress=False, **kw)
-    assert summary["episodes"] == len(CLAIMS)  # the summary always covers every claim
+    llm = llm or RecordingChat()
+    before = len(llm.asked)
+    agent = Agent(llm, tool=TableTool(TABLE), cfg=cfg or AgentConfig(llm="scripted:<inline>"))
+    summary = run_batch(agent, claims, out, progress=False, search=search, **kw)
+    assert summary["episodes"] + len(summary.get("failed", [])) == len(claims)  # the summary always covers every claim
     assert json.loads((out / "summary.json").read_text()) == summary
-    return sorted(llm.asked)
+    return sorted(c["claim_id"] for c in claims if any(c["claim"] in u for u in llm.asked[before:]))
 
 
 def test_a_fresh_batch_runs_every_claim_once(tmp_path):
@@ -69,3 +77,111 @@ def test_a_finished_batch_reruns_exactly_the_claim_whose_trace_is_gone(tmp_path)
 def test_resume_false_reruns_every_claim(tmp_path):
     _run(tmp_path)
     assert _run(tmp_path, resume=False) == ["c0", "c1", "c2", "c3"]
+
+
+# -- trace names: one file per claim id, never the summary's ---------------------------------------------------
+
+IDS = ["a/b", "a_b", "a:b", "summary", "Summary", "metrics", "scores", "A", "a", ".hidden", "..", "x" * 300,
+       "x" * 301, "a_b-" + "0" * 10, "13", "scifact-13", "é"]
+
+
+def test_every_claim_id_gets_its_own_file_even_on_a_case_insensitive_file_system():
+    names = [trace_name(i) for i in IDS]
+    assert len({n.lower() for n in names}) == len(IDS)
+    assert not {n.lower() for n in names} & {"summary", "metrics", "scores"}
+    assert all(len(n) <= 120 and not n.startswith(".") and "/" not in n for n in names)
+
+
+@pytest.mark.parametrize("cid", ["c1", "13", "scifact-13", "claim_7.v2"])
+def test_plain_ids_are_their_own_file_names(tmp_path, cid):
+    assert trace_path(tmp_path, cid) == tmp_path / f"{cid}.json"
+
+
+@pytest.mark.parametrize("cid, readable", [("a/b", "a_b-"), ("summary", "summary-"), ("Vit D", "Vit_D-")])
+def test_other_ids_keep_a_readable_slug_and_add_a_hash_of_the_exact_id(cid, readable):
+    name = trace_name(cid)
+    assert name.startswith(readable) and len(name) == len(readable) + 10 and name != cid
+
+
+def test_ids_that_slug_alike_and_an_id_named_summary_all_keep_their_trace(tmp_path):
+    claims = [{"claim": f"Claim {i}.", "claim_id": cid} for i, cid in enumerate(["a/b", "a_b", "summary"])]
+    assert _run(tmp_path, claims) == ["a/b", "a_b", "summary"]
+    traces = sorted(p.name for p in tmp_path.glob("*.json") if p.name != "summary.json")
+    assert len(traces) == 3
+    assert sorted(Episode.model_validate_json((tmp_path / t).read_text()).claim_id for t in traces) == [
+        "a/b", "a_b", "summary"]
+    assert json.loads((tmp_path / "summary.json").read_text())["episodes"] == 3
+    assert _run(tmp_path, claims) == []  # the rerun finds every trace (and the summary is not one)
+
+
+# -- stale resume: a trace is reused only when what produced it is unchanged --------------------------------------
+
+def test_a_changed_claim_text_reruns_that_claim_only(tmp_path):
+    _run(tmp_path)
+    edited = [dict(c, claim="Claim number 2 is false.") if c["claim_id"] == "c2" else c for c in CLAIMS]
+    assert _run(tmp_path, edited) == ["c2"]
+    assert Episode.model_validate_json(trace_path(tmp_path, "c2").read_text()).claim == "Claim number 2 is false."
+
+
+def test_a_changed_gold_label_or_dataset_reruns_that_claim(tmp_path):
+    _run(tmp_path)
+    edited = [dict(c, gold_label="REFUTED") if c["claim_id"] == "c1" else c for c in CLAIMS]
+    assert _run(tmp_path, edited) == ["c1"]
+    assert Episode.model_validate_json(trace_path(tmp_path, "c1").read_text()).gold_label == "REFUTED"
+
+
+@pytest.mark.parametrize("change", [
+    {"cfg": AgentConfig(llm="scripted:<inline>", max_searches=2)},
+    {"cfg": AgentConfig(llm="scripted:<inline>", abstract_chars=50)},
+    {"cfg": AgentConfig(llm="scripted:<inline>", temperature=0.7)},
+    {"search": {**SEARCH, "max_results": 2}},
+    {"search": {**SEARCH, "backend": "replay"}},
+    {"search": {**SEARCH, "index_dir": "other-index"}},
+    {"llm": RecordingChat([{"content": REPORT + "\n"}])},  # another script: another model fingerprint
+])
+def test_any_changed_setting_reruns_every_claim(tmp_path, change):
+    _run(tmp_path)
+    assert _run(tmp_path, **change) == ["c0", "c1", "c2", "c3"]
+    assert _run(tmp_path, **change) == []  # and the new traces are then reused
+
+
+@pytest.mark.parametrize("cfg", [AgentConfig(llm="scripted:<inline>", workers=3)])
+def test_how_many_run_at_once_and_entrez_timeouts_do_not_invalidate_traces(tmp_path, cfg):
+    _run(tmp_path)
+    assert _run(tmp_path, cfg=cfg, search={**SEARCH, "timeout_s": 99, "max_attempts": 1}) == []
+
+
+def test_what_was_reused_and_what_was_rerun_is_said(tmp_path, caplog):
+    _run(tmp_path)
+    edited = [dict(c, claim="Changed.") if c["claim_id"] == "c3" else c for c in CLAIMS]
+    with caplog.at_level(logging.INFO, logger="biocheck.agent.run"):
+        summary_run = _run(tmp_path, edited, cfg=AgentConfig(llm="scripted:<inline>", max_searches=4))
+    assert summary_run == ["c0", "c1", "c2", "c3"]
+    text = caplog.text
+    assert "agent.max_searches" in text and "claim" in text and "reused 0 of 4" in text
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["reused"] == 0 and sum(summary["rerun"].values()) == 4
+
+
+@pytest.mark.parametrize("content", ["{}", '{"claim": "Claim number 1 is tr', "", "\x00\xff"])
+def test_a_broken_trace_is_rerun_with_a_warning(tmp_path, caplog, content):
+    _run(tmp_path)
+    trace_path(tmp_path, "c1").write_text(content, encoding="latin-1")
+    with caplog.at_level(logging.WARNING, logger="biocheck.agent.run"):
+        assert _run(tmp_path) == ["c1"]
+    assert any(str(trace_path(tmp_path, "c1")) in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records)
+    assert Episode.model_validate_json(trace_path(tmp_path, "c1").read_text()).claim_id == "c1"
+
+
+# -- failures: recorded per claim, the others still run, nothing half-written ---------------------------------
+
+def test_a_claim_whose_model_fails_is_listed_and_gets_no_trace(tmp_path):
+    llm = RecordingChat(fail={"Claim number 2"})
+    assert _run(tmp_path, llm=llm) == ["c0", "c1", "c3"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] == 3
+    assert summary["failed"] == [{"id": "c2", "error": "connection refused by http://localhost:8000/v1"}]
+    assert not trace_path(tmp_path, "c2").exists()
+    assert _run(tmp_path) == ["c2"]  # the rerun retries exactly the failed claim
+    assert json.loads((tmp_path / "summary.json").read_text())["failed"] == []

@@ -1,7 +1,9 @@
 """The search budget's texts, exactly: in the LangGraph agent (agent/graph.py) and the training env (train/env.py).
 
 Each test pins one decision: which call spends the budget, where the intervention goes, what a
-refused call reads, and which calls count against the budget.
+refused call reads, and which calls count against the budget (every call while budget remains,
+malformed ones included). The texts themselves come from agent/budget.py `SearchBudget`, which both
+adapters drive; tests/test_search_budget.py checks that they produce the same.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ import pytest
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
-from biocheck.agent.tools import MISSING_QUERY, format_results
+from biocheck.agent.tools import MISSING_QUERY, format_results, unknown_tool
 from biocheck.labels import Label
 from biocheck.pubmed.search import ToolOutput
 from biocheck.pubmed.types import Article
-from biocheck.train.env import SearchEnv
+from biocheck.train.env import SearchEnv, make_env
 from tests.test_agent import REPORT, search
 
 
@@ -97,25 +99,35 @@ def test_a_refused_round_reads_refusal_then_intervention_and_the_intervention_is
     assert tool.calls == ["a"] and ep.stop_reason == "final_answer"
 
 
-def test_an_unknown_tool_costs_no_budget_and_gets_no_intervention():
-    turns = [{"tool_calls": [{"name": "google", "arguments": {"query": "x"}}]}, search("a"), {"content": REPORT}]
-    ep, tool, msgs = run(turns, max_searches=1)
-    intervention, _ = texts(1)
+GOOGLE = {"tool_calls": [{"name": "google", "arguments": {"query": "x"}}]}
+
+
+def test_an_unknown_tool_costs_a_search_and_is_not_run():
+    ep, tool, msgs = run([GOOGLE, search("a"), {"content": REPORT}], max_searches=2)
+    intervention, _ = texts(2)
     assert msgs == ["Unknown tool 'google': the only tool is search_pubmed(query).", text_of("a", 1) + "\n\n" + intervention]
-    assert ep.searches == 1 and tool.calls == ["a"] and ep.tool_errors == [msgs[0]]
+    assert ep.searches == 2 and tool.calls == ["a"] and ep.tool_errors == [msgs[0]]
+    assert [q.query for q in ep.queries] == ["a"]  # the query log holds searches that ran, not malformed calls
 
 
-def test_an_unknown_tool_is_named_as_such_even_after_the_budget_in_the_same_turn():
+def test_an_unknown_tool_can_spend_the_budget_and_carries_the_intervention():
+    ep, tool, msgs = run([GOOGLE, search("a"), {"content": REPORT}], max_searches=1)
+    intervention, refused = texts(1)
+    assert msgs == [unknown_tool("google") + "\n\n" + intervention, refused]
+    assert ep.searches == 1 and tool.calls == [] and ep.tool_errors == [unknown_tool("google")]
+    assert ep.report.conclusion is Label.SUPPORTED and ep.stop_reason == "final_answer"
+
+
+def test_after_the_budget_an_unknown_tool_in_the_same_turn_is_refused_like_any_call():
     turn = {"tool_calls": [{"name": "search_pubmed", "arguments": {"query": "a"}},
                            {"name": "google", "arguments": {"query": "x"}}]}
     ep, _, msgs = run([turn, {"content": REPORT}], max_searches=1)
-    intervention, _ = texts(1)
-    assert msgs == [text_of("a", 1) + "\n\n" + intervention, "Unknown tool 'google': the only tool is search_pubmed(query)."]
+    intervention, refused = texts(1)
+    assert msgs == [text_of("a", 1) + "\n\n" + intervention, refused] and ep.tool_errors == []
 
 
 def test_an_unknown_tool_in_a_later_round_is_refused_like_any_call():
-    turns = [search("a"), {"tool_calls": [{"name": "google", "arguments": {"query": "x"}}]}, {"content": REPORT}]
-    ep, _, msgs = run(turns, max_searches=1)
+    ep, _, msgs = run([search("a"), GOOGLE, {"content": REPORT}], max_searches=1)
     assert msgs[1] == texts(1)[1] and ep.tool_errors == []
 
 
@@ -156,7 +168,7 @@ def test_the_episode_ends_after_max_refusals_refused_rounds(max_refusals):
 
 def env(budget: int) -> tuple[SearchEnv, StubTool]:
     tool = StubTool()
-    return SearchEnv(tool, Prompts(max_searches=budget, papers_per_search=tool.max_results), budget), tool
+    return make_env(tool, Prompts(max_searches=budget, papers_per_search=tool.max_results), budget), tool
 
 
 def test_env_appends_the_intervention_to_the_spending_search_and_refuses_after():
@@ -165,14 +177,16 @@ def test_env_appends_the_intervention_to_the_spending_search_and_refuses_after()
     assert e.search_pubmed("a") == text_of("a", 1)
     assert e.search_pubmed("b") == text_of("b", 2) + "\n\n" + intervention
     assert e.search_pubmed("c") == refused and e.search_pubmed(query="d") == refused
-    assert tool.calls == ["a", "b"] and e.searches == 2 and e.queries == ["a", "b"] and set(e.ledger) == {"1", "2"}
+    b = e.budget
+    assert tool.calls == ["a", "b"] and b.searches == 2 and b.query_texts() == ["a", "b"] and set(b.ledger) == {"1", "2"}
+    assert b.refused == 2
 
 
 def test_env_call_without_a_query_costs_budget_and_can_spend_it():
     e, tool = env(1)
     intervention, refused = texts(1)
     assert e.search_pubmed(q="x") == MISSING_QUERY + "\n\n" + intervention
-    assert e.errors == [MISSING_QUERY] and e.searches == 1 and tool.calls == [] and e.queries == []
+    assert e.budget.errors == [MISSING_QUERY] and e.budget.searches == 1 and tool.calls == [] and e.budget.queries == []
     assert e.search_pubmed("a") == refused
 
 
@@ -180,9 +194,10 @@ def test_env_failed_search_costs_budget_and_is_recorded():
     e, _ = env(1)
     intervention, _ = texts(1)
     assert e.search_pubmed("bad") == "Search error: Unbalanced parentheses in the query.\n\n" + intervention
-    assert e.errors == ["Unbalanced parentheses in the query."] and e.queries == ["bad"] and e.ledger == {}
+    b = e.budget
+    assert b.errors == ["Unbalanced parentheses in the query."] and b.query_texts() == ["bad"] and b.ledger == {}
 
 
 def test_env_zero_budget_refuses_the_first_call():
     e, tool = env(0)
-    assert e.search_pubmed("a") == texts(0)[1] and tool.calls == [] and e.searches == 0
+    assert e.search_pubmed("a") == texts(0)[1] and tool.calls == [] and e.budget.searches == 0

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from biocheck.agent.episode import Episode
+from biocheck.agent.run import trace_path
 from biocheck.cli import app
 from biocheck.report.render import render_html, render_json, render_markdown
 from biocheck.report.schema import ParsedReport
@@ -46,10 +47,14 @@ def test_html_is_escaped(workdir):
 def _expected(fmt: str, episode: Episode) -> str:
     """What `check --format fmt` must print for this episode, written with the renderers directly."""
     parsed = ParsedReport(report=episode.report, problems=episode.parse_problems)
-    meta = {"llm": episode.llm, "llm_fingerprint": episode.llm_fingerprint, "prompt_hash": episode.prompt_hash,
-            "search": episode.search_backend}
-    return {"md": lambda: render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim),
-            "json": lambda: render_json(parsed),
+    model = f"{episode.llm} (fingerprint {episode.llm_fingerprint})"
+    meta = {"model": model, "llm": episode.llm, "llm_fingerprint": episode.llm_fingerprint,
+            "prompt_hash": episode.prompt_hash, "search": episode.search_backend}
+    md = render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim)
+    claim_line = f"**Claim:** {episode.claim}\n"
+    md = md.replace(claim_line, f"{claim_line}\n**Model:** {model}\n", 1)  # the model is named under the claim
+    return {"md": lambda: md,
+            "json": lambda: render_json(parsed, meta=meta),
             "html": lambda: render_html(episode.report, episode.ledger, episode.claim, problems=[], meta=meta)}[fmt]()
 
 
@@ -86,7 +91,7 @@ def test_batch_writes_traces_and_resumes(workdir):
     assert r.exit_code == 0, r.output
     a = json.loads((workdir / "out" / "a.json").read_text())
     assert a["gold_label"] == "SUPPORTED" and a["claim_id"] == "a" and a["dataset"] == "x"
-    assert (workdir / "out" / "b_2.json").is_file()
+    assert trace_path(workdir / "out", "b/2").is_file() and trace_path(workdir / "out", "b/2").name != "b_2.json"
     summary = json.loads((workdir / "out" / "summary.json").read_text())
     assert summary["episodes"] == 2 and summary["conclusions"] == {"SUPPORTED": 2}
     before = (workdir / "out" / "a.json").stat().st_mtime_ns
@@ -145,3 +150,202 @@ def test_score_cli_one_trace_and_a_folder(workdir):
     agg = json.loads((workdir / "scores.json").read_text())
     assert json.loads(r.stdout) == agg and "outcome" in json.dumps(agg)
     assert runner.invoke(app, ["score", "t.json", "--gold", "MAYBE"]).exit_code == 2
+
+
+# -- failures say what failed, on one line, with a non-zero exit -------------------------------------------------
+
+def error_lines(r) -> list[str]:
+    return [line for line in r.stderr.splitlines() if line.startswith("error:")]
+
+
+def assert_one_clear_line(r, *phrases: str) -> str:
+    """Exit non-zero through typer (no exception escaped), no traceback, exactly one error line naming the problem."""
+    assert r.exit_code != 0, r.output
+    assert isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "Traceback" not in r.output
+    lines = error_lines(r)
+    assert len(lines) == 1, r.stderr
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def dead_model(monkeypatch):
+    """The scripted model behaves like an unreachable server for claims that mention 'Coffee'."""
+    from biocheck.agent.llm import LLMError
+    from biocheck.agent.llm.scripted import ScriptedChat
+
+    real = ScriptedChat.chat
+
+    def chat(self, messages, tools):
+        if "Coffee" in messages[1]["content"]:
+            raise LLMError("openai:gpt-x: cannot reach http://localhost:9/v1 (connection refused)")
+        return real(self, messages, tools)
+
+    monkeypatch.setattr(ScriptedChat, "chat", chat)
+
+
+def test_a_model_that_cannot_be_reached_fails_the_check_with_one_line(workdir, dead_model):
+    r = runner.invoke(app, ["check", "Coffee causes arrhythmia.", "--llm", "scripted:script.json", "--trace", "t.json"])
+    assert_one_clear_line(r, "the model failed", "connection refused")
+    assert r.stdout == "" and not (workdir / "t.json").exists()  # no empty report, no trace of a failed run
+
+
+def test_a_batch_runs_every_claim_then_fails_naming_the_claims_that_failed(workdir, dead_model):
+    claims = workdir / "claims.jsonl"
+    claims.write_text('{"id": "a", "claim": "Coffee causes arrhythmia."}\n'
+                      '{"id": "b", "claim": "Vitamin D prevents fractures."}\n')
+    r = runner.invoke(app, ["check", "--claims", str(claims), "--out", "out", "--llm", "scripted:script.json"])
+    assert_one_clear_line(r, "1 of 2 claims failed", "a:", "connection refused", "summary.json")
+    summary = json.loads((workdir / "out" / "summary.json").read_text())
+    assert summary["episodes"] == 1 and [f["id"] for f in summary["failed"]] == ["a"]
+    assert "connection refused" in summary["failed"][0]["error"]
+    assert trace_path(workdir / "out", "b").is_file() and not trace_path(workdir / "out", "a").exists()
+
+
+def test_a_prompt_longer_than_the_models_context_fails_with_one_line(workdir, tiny_model):
+    import shutil
+
+    short = workdir / "short-model"
+    shutil.copytree(tiny_model, short)
+    config = json.loads((short / "config.json").read_text())
+    (short / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 64}))
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", f"transformers:{short}"])
+    assert_one_clear_line(r, "the model failed", "at most 64 positions")
+    assert r.stdout == ""
+
+
+def test_an_id_named_summary_and_ids_that_slug_alike_keep_their_traces_through_the_cli(workdir):
+    claims = workdir / "claims.jsonl"
+    claims.write_text("".join(json.dumps({"id": i, "claim": "Vitamin D prevents fractures."}) + "\n"
+                              for i in ("summary", "a/b", "a_b")))
+    args = ["check", "--claims", str(claims), "--out", "out", "--llm", "scripted:script.json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads((workdir / "out" / "summary.json").read_text())["episodes"] == 3
+    assert len([p for p in (workdir / "out").glob("*.json") if p.name != "summary.json"]) == 3
+    r = runner.invoke(app, args)  # the rerun reuses all three (it used to crash on summary.json)
+    assert r.exit_code == 0, r.output
+    assert json.loads((workdir / "out" / "summary.json").read_text())["reused"] == 3
+
+
+def _params(workdir, **agent) -> None:
+    import yaml
+
+    p = yaml.safe_load((workdir / "params.yaml").read_text())
+    p["agent"].update(agent)
+    (workdir / "params.yaml").write_text(yaml.safe_dump(p))
+
+
+def _setup_bad_input(workdir, case: str) -> list[str]:
+    """Write what the case needs into workdir; return the command line."""
+    single = ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json"]
+    batch = ["check", "--claims", "claims.jsonl", "--out", "out", "--llm", "scripted:script.json"]
+    claims = workdir / "claims.jsonl"
+    claims.write_text('{"id": "a", "claim": "Vitamin D prevents fractures."}\n')
+    if case == "label":
+        claims.write_text('{"id": "a", "claim": "A."}\n{"id": "b", "claim": "B.", "label": "TRUE"}\n')
+    elif case == "dataset":
+        claims.write_text('{"id": "a", "claim": "A.", "dataset": 5}\n')
+    elif case == "id":
+        claims.write_text('{"id": ["x"], "claim": "A."}\n')
+    elif case == "claims_dir":
+        claims.unlink()
+        claims.mkdir()
+    elif case == "empty_claims":
+        claims.write_text("\n  \n")
+    elif case == "out_file":
+        (workdir / "out").write_text("not a folder")
+    elif case == "trace_dir":
+        (workdir / "t.json").mkdir()
+        return single + ["--trace", "t.json"]
+    elif case == "script_dir":
+        (workdir / "script.d").mkdir()
+        return ["check", "A claim.", "--llm", "scripted:script.d"]
+    elif case in ("args_list", "args_number", "args_json_list"):
+        args = {"args_list": [1, 2], "args_number": 5, "args_json_list": "[1, 2]"}[case]
+        (workdir / "bad.json").write_text(json.dumps([{"tool_calls": [{"name": "search_pubmed", "arguments": args}]}]))
+        return ["check", "A claim.", "--llm", "scripted:bad.json"]
+    elif case == "blank_claim":
+        return ["check", "  \n ", "--llm", "scripted:script.json"]
+    elif case == "workers":
+        return batch + ["--workers", "0"]
+    elif case.startswith("agent."):
+        key, value = case.removeprefix("agent.").split("=")
+        _params(workdir, **{key: json.loads(value)})
+        return single
+    return batch
+
+
+@pytest.mark.parametrize("case, phrases", [
+    ("label", ["claims.jsonl, record 2", "unknown label 'TRUE'", "SUPPORTED, REFUTED, NEI"]),
+    ("dataset", ["claims.jsonl, record 1", "'dataset' must be a string"]),
+    ("id", ["claims.jsonl, record 1", "'id' must be a string or an integer"]),
+    ("claims_dir", ["claims.jsonl", "is a folder"]),
+    ("empty_claims", ["claims.jsonl", "no claims"]),
+    ("out_file", ["out", "is a file", "--out"]),
+    ("trace_dir", ["t.json", "is a folder", "--trace"]),
+    ("script_dir", ["script.d", "is a folder"]),
+    ("args_list", ["bad.json", "turn 0, tool call 0", "arguments"]),
+    ("args_number", ["bad.json", "turn 0, tool call 0", "arguments"]),
+    ("args_json_list", ["bad.json", "turn 0, tool call 0", "arguments"]),
+    ("blank_claim", ["claim is empty"]),
+    ("workers", ["agent.workers", ">= 1"]),
+    ("agent.abstract_chars=-5", ["agent.abstract_chars", "null"]),
+    ("agent.abstract_chars=0", ["agent.abstract_chars"]),
+    ("agent.max_new_tokens=0", ["agent.max_new_tokens", ">= 1"]),
+    ("agent.temperature=-0.5", ["agent.temperature", ">= 0"]),
+    ("agent.top_p=0", ["agent.top_p"]),
+    ("agent.top_p=1.5", ["agent.top_p"]),
+])
+def test_bad_input_is_one_clear_line_before_anything_runs(workdir, case, phrases):
+    r = runner.invoke(app, _setup_bad_input(workdir, case))
+    assert_one_clear_line(r, *phrases)
+    assert "data fetch" not in r.output  # the old advice for an empty claims file
+    out = workdir / "out"
+    assert not out.is_dir() or not any(out.iterdir())  # refused before any episode ran
+
+
+def test_the_empty_claims_message_says_how_to_write_one(workdir):
+    (workdir / "claims.jsonl").write_text("")
+    r = runner.invoke(app, ["check", "--claims", "claims.jsonl", "--out", "out", "--llm", "scripted:script.json"])
+    assert '{"claim": ' in assert_one_clear_line(r, "no claims")
+
+
+# -- which model: the selected checkpoint by default, named in the report and on stderr ---------------------------
+
+def _selected(workdir, tiny_model, step: int = 30):
+    import shutil
+
+    selected = workdir / "models" / "selected"
+    shutil.copytree(tiny_model, selected)
+    (selected / "selection.json").write_text(json.dumps({"step": step, "eval_reward": 0.5}))
+    return selected
+
+
+def test_after_select_check_uses_the_selected_checkpoint_and_names_it(workdir, tiny_model):
+    _selected(workdir, tiny_model, step=30)
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--max-searches", "1"])
+    assert r.exit_code == 0, r.output
+    model_lines = [x for x in r.stdout.splitlines() if x.startswith("**Model:**")]
+    assert model_lines and model_lines[0].startswith(
+        "**Model:** transformers:models/selected (selected checkpoint, step 30; folder ")
+    assert "models/selected" in r.stderr and "selected checkpoint" in r.stderr
+
+
+def test_an_explicit_llm_beats_the_selected_checkpoint(workdir, tiny_model):
+    _selected(workdir, tiny_model)
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json",
+                            "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["meta"]["model"].startswith("scripted:script.json")
+    assert "models/selected" not in r.stderr
+
+
+def test_a_non_default_agent_llm_in_params_beats_the_selected_checkpoint(workdir, tiny_model):
+    _selected(workdir, tiny_model)
+    _params(workdir, llm="scripted:script.json")
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--format", "html"])
+    assert r.exit_code == 0, r.output
+    assert "model: scripted:script.json" in r.stdout and "models/selected" not in r.stdout

@@ -38,9 +38,11 @@ KEY = "sekrit-KEY-0123456789abcdef"
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ("NCBI_API_KEY", "NCBI_EMAIL", "NCBI_TOOL", "BIOCHECK_EUTILS_URL"):
+def _clean_env(monkeypatch, tmp_path_factory):
+    for name in ("NCBI_API_KEY", "NCBI_EMAIL", "NCBI_TOOL", "BIOCHECK_EUTILS_URL", "BIOCHECK_RATELIMIT_DIR"):
         monkeypatch.delenv(name, raising=False)
+    # The limiter shares its state through the user's cache dir by default: never the real ~/.cache.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
 
 
 @pytest.fixture
@@ -518,6 +520,91 @@ def test_processes_share_the_limit_through_the_state_dir(tmp_path):
     assert [len(own) for _, own in replies] == [12, 12]  # each process took its own slots ...
     assert_schedule(stamps, RateLimiter(10).interval, 10)  # ... from one machine-wide schedule
     assert len(list(tmp_path.glob("eutils-*.next"))) == 1 and KEY not in str(list(tmp_path.iterdir()))
+
+
+def _cli_like_caller(query_set: list[str], store: str, ready, start, done) -> None:
+    """Child process: the `biocheck search --backend entrez` path (config -> tool -> queries), with no
+    BIOCHECK_RATELIMIT_DIR; sends back its grant stamps (taken under the limiter's lock)."""
+    from biocheck.pubmed.search import SearchConfig, search_tool
+
+    tool = search_tool(SearchConfig(backend="entrez", store=store, max_results=2))
+    stamps: list[float] = []
+    tool.backend.backend.limiter.on_grant = stamps.append
+    ready.put(str(tool.backend.backend.limiter.state_file))
+    start.wait()
+    errors = [out.error for out in map(tool.run, query_set) if out.error]
+    done.put((errors, stamps))
+
+
+def test_parallel_processes_share_the_limit_by_default(tmp_path, monkeypatch):
+    """Four `biocheck search --backend entrez` processes at once stay within NCBI's limit together,
+    with nothing configured: the limiter's state lives in the user's cache dir."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("NCBI_API_KEY", KEY)
+    ctx = multiprocessing.get_context("spawn")
+    queries = [["aspirin", "vitamin", "coffee"], ["metformin", "statin", "oxygen"],
+               ["aspirin cancer", "vitamin influenza", "coffee mortality"], ["cholesterol", "diabetes", "runners"]]
+    with FakeEutils() as server:
+        monkeypatch.setenv("BIOCHECK_EUTILS_URL", server.url)
+        ready, start, done = ctx.Queue(), ctx.Barrier(len(queries)), ctx.Queue()
+        procs = [ctx.Process(target=_cli_like_caller, args=(q, str(tmp_path / f"ev{i}.sqlite"), ready, start, done))
+                 for i, q in enumerate(queries)]
+        for p in procs:
+            p.start()
+        state_files = {ready.get(timeout=120) for _ in procs}
+        replies = [done.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(30)
+        assert len(server.requests) == 2 * 3 * len(queries)  # esearch + efetch per query, nothing retried
+    assert [errors for errors, _ in replies] == [[]] * len(queries)
+    stamps = [t for _, own in replies for t in own]
+    assert len(stamps) == len(server.requests)  # every request took a slot ...
+    assert_schedule(stamps, RateLimiter(10).interval, 10)  # ... from one schedule for the user
+    assert state_files == {str(next((home / ".cache" / "biocheck").glob("eutils-*.next")))}
+
+
+def test_large_n_fetches_details_in_batches_of_200():
+    corpus = [FakeArticle(f"4{i:07d}", f"Zinc trial {i}", f"Zinc was given daily in trial {i}.") for i in range(450)]
+    with FakeEutils(corpus=corpus) as server, make_client(server) as client:
+        result = client.search("zinc", n=450)
+        esearch, efetch = server.requests_to("esearch"), server.requests_to("efetch")
+    assert esearch[0].params["retmax"] == "450" and result.total == 450
+    batches = [r.params["id"].split(",") for r in efetch]
+    assert [len(b) for b in batches] == [200, 200, 50]
+    assert [p for b in batches for p in b] == [a.pmid for a in result.articles]  # esearch order, each id once
+    assert len(set(a.pmid for a in result.articles)) == 450
+
+
+@pytest.mark.parametrize("n", [0, 10_001])
+def test_n_beyond_what_pubmed_returns_is_refused_without_a_request(server, n):
+    with make_client(server) as client, pytest.raises(SearchError, match="10,000"):
+        client.search("aspirin", n=n)
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://eutils.example.org/", "http://[::1", "http://", "https:///eutils/",
+                                 "http://host:99999999/"])
+def test_a_bad_eutils_url_is_refused_naming_the_variable(server, monkeypatch, url):
+    from biocheck.io import InputError
+
+    monkeypatch.setenv("BIOCHECK_EUTILS_URL", url)
+    with pytest.raises(InputError, match=r"^BIOCHECK_EUTILS_URL=") as err:
+        EntrezClient()
+    assert "\n" not in str(err.value) and "is not an http(s) URL" in str(err.value)  # says what is expected
+    with pytest.raises(InputError, match=r"^base_url="):
+        EntrezClient(base_url=url)
+
+
+def test_a_bad_eutils_url_never_echoes_a_key(monkeypatch):
+    from biocheck.io import InputError
+
+    monkeypatch.setenv("BIOCHECK_EUTILS_URL", f"ftp://host/?api_key={KEY}")
+    monkeypatch.setenv("NCBI_API_KEY", KEY)
+    with pytest.raises(InputError) as err:
+        EntrezClient()
+    assert KEY not in str(err.value)
 
 
 def test_one_limiter_per_host_and_key():

@@ -1,28 +1,46 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from biocheck.data.fetch import MIRROR_ENV, FetchConfig, FetchError, Source, fetch
+from biocheck.data.fetch import MIRROR_ENV, SOURCES, FetchConfig, FetchError, fetch
 from tests import http_fixture as hf
-from tests.builders import write_raw
-
-BODY_A = os.urandom(300_000)
-BODY_B = b"en_claim,label\nDoes it work?,0\n" * 100
+from tests.builders import CORPUS, csv_bytes, healthfc_rows, jsonl_bytes, scifact_dev, scifact_train, write_raw
 
 
-def sources(base: str) -> tuple[Source, ...]:
-    return (Source("scifact", f"{base}/a.tar.gz", "scifact/data.tar.gz"),
-            Source("healthfc", f"{base}/b.csv", "healthfc/Datensatz.csv"))
+def tar_bytes(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(f"data/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+RELEASE = {"claims_train.jsonl": jsonl_bytes(scifact_train()), "claims_dev.jsonl": jsonl_bytes(scifact_dev()),
+           "corpus.jsonl": jsonl_bytes(CORPUS)}
+# A valid release tarball, padded with incompressible bytes so that a download takes many chunks.
+BODY_A = tar_bytes({**RELEASE, "padding.bin": os.urandom(300_000)})
+BODY_B = csv_bytes(healthfc_rows() * 10)
+
+
+def sources(base: str) -> tuple:
+    """The official sources (with their verification), served by the local test server."""
+    paths = {"scifact": "/a.tar.gz", "healthfc": "/b.csv"}
+    return tuple(replace(s, url=base + paths[s.name]) for s in SOURCES)
 
 
 def cfg(tmp_path: Path, base: str, **kw) -> FetchConfig:
@@ -118,10 +136,10 @@ def test_intact_files_are_not_fetched_twice_but_corrupt_ones_are(tmp_path):
 SCRIPT = """
 import sys
 from pathlib import Path
-from biocheck.data.fetch import FetchConfig, Source, fetch
+from dataclasses import replace
+from biocheck.data.fetch import SOURCES, FetchConfig, fetch
 base, raw = sys.argv[1], Path(sys.argv[2])
-fetch(FetchConfig(raw_dir=raw, sources=(Source("scifact", base + "/a.tar.gz", "scifact/data.tar.gz"),),
-                  progress=False, timeout_s=30))
+fetch(FetchConfig(raw_dir=raw, sources=(replace(SOURCES[0], url=base + "/a.tar.gz"),), progress=False, timeout_s=30))
 """
 
 
@@ -141,3 +159,75 @@ def test_killed_download_leaves_no_partial_file(tmp_path):
         subprocess.run([sys.executable, "-c", SCRIPT, s.base, str(raw)], check=True)
     assert (raw / "scifact" / "data.tar.gz").read_bytes() == BODY_A
     assert leftovers(raw) == []  # the next run cleaned up what the killed one left
+
+
+# --- every file is verified before it is written (DVC caches whatever the stage leaves) -------------
+
+CUT_TAR = BODY_A[: len(BODY_A) // 2]  # a complete HTTP response of half a tarball (no length to check)
+NOT_A_TAR = b"<html>Service unavailable</html>"
+NO_CORPUS = tar_bytes({k: v for k, v in RELEASE.items() if k != "corpus.jsonl"})
+BAD_CSV = csv_bytes(healthfc_rows()).replace(b"en_claim", b"claim_en", 1)
+
+
+@pytest.mark.parametrize("name, body, reason", [
+    ("scifact", CUT_TAR, "not a readable gzip tar"),
+    ("scifact", NOT_A_TAR, "not a readable gzip tar"),
+    ("scifact", NO_CORPUS, "has no corpus.jsonl"),
+    ("healthfc", BAD_CSV, r"missing column\(s\) \['en_claim'\]"),
+    ("healthfc", b"", "the file is empty"),
+], ids=["cut-tar", "html", "no-corpus", "renamed-column", "empty-csv"])
+def test_a_download_that_fails_verification_is_retried_then_never_written(tmp_path, name, body, reason):
+    good = {"scifact": BODY_A, "healthfc": BODY_B}
+    path = {"scifact": "/a.tar.gz", "healthfc": "/b.csv"}
+    routes = {path[n]: hf.ok(body if n == name else good[n]) for n in good}
+    with hf.Server(routes) as s, pytest.raises(FetchError, match=reason) as e:
+        fetch(cfg(tmp_path, s.base, max_attempts=2))
+    assert s.hits[path[name]] == 2  # a cut transfer without a length looks like this: try again
+    msg = str(e.value)
+    assert f"{s.base}{path[name]}" in msg and "after 2 attempts" in msg and ".tmp-" not in msg
+    dest = {"scifact": "scifact/data.tar.gz", "healthfc": "healthfc/Datensatz.csv"}[name]
+    assert not (tmp_path / "raw" / dest).exists() and leftovers(tmp_path / "raw") == []
+
+
+def test_a_bad_first_attempt_is_replaced_by_a_good_second_one(tmp_path):
+    routes = {"/a.tar.gz": hf.sequence(hf.ok(CUT_TAR), hf.ok(BODY_A)), "/b.csv": hf.ok(BODY_B)}
+    with hf.Server(routes) as s:
+        manifest = fetch(cfg(tmp_path, s.base))
+    assert (tmp_path / "raw" / "scifact" / "data.tar.gz").read_bytes() == BODY_A
+    assert manifest["files"]["scifact"]["sha256"] == hashlib.sha256(BODY_A).hexdigest()
+
+
+def test_a_damaged_mirror_file_is_named_and_never_copied(tmp_path, monkeypatch):
+    mirror = write_raw(tmp_path / "mirror")
+    tar = mirror / "scifact" / "data.tar.gz"
+    tar.write_bytes(tar.read_bytes()[:-40])
+    monkeypatch.setenv(MIRROR_ENV, str(mirror))
+    with pytest.raises(FetchError) as e:
+        fetch(cfg(tmp_path, "http://127.0.0.1:9"))
+    msg = str(e.value)
+    assert str(tar) in msg and "not a readable gzip tar" in msg and "replace it" in msg
+    assert not (tmp_path / "raw" / "scifact" / "data.tar.gz").exists() and leftovers(tmp_path / "raw") == []
+
+
+def test_a_bad_file_already_in_raw_is_fetched_again_even_if_the_manifest_vouches_for_it(tmp_path):
+    # e.g. a file cached before verification existed: same sha256 as recorded, but not a release.
+    with hf.Server({"/a.tar.gz": hf.ok(BODY_A), "/b.csv": hf.ok(BODY_B)}) as s:
+        c = cfg(tmp_path, s.base)
+        fetch(c)
+        raw = tmp_path / "raw"
+        (raw / "scifact" / "data.tar.gz").write_bytes(CUT_TAR)
+        manifest = json.loads((raw / "manifest.json").read_text())
+        manifest["files"]["scifact"]["sha256"] = hashlib.sha256(CUT_TAR).hexdigest()
+        (raw / "manifest.json").write_text(json.dumps(manifest))
+        fetch(c)
+        assert s.hits == {"/a.tar.gz": 2, "/b.csv": 1}
+    assert (raw / "scifact" / "data.tar.gz").read_bytes() == BODY_A
+
+
+def test_a_bad_file_in_raw_is_removed_even_when_the_new_download_fails(tmp_path):
+    raw = tmp_path / "raw"
+    (raw / "scifact").mkdir(parents=True)
+    (raw / "scifact" / "data.tar.gz").write_bytes(CUT_TAR)
+    with hf.Server({"/b.csv": hf.ok(BODY_B)}) as s, pytest.raises(FetchError, match="HTTP 404"):
+        fetch(cfg(tmp_path, s.base))
+    assert not (raw / "scifact" / "data.tar.gz").exists()

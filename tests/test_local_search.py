@@ -207,6 +207,35 @@ def test_truncation_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     assert hits(capped, "organi*ation") == {"17"}
 
 
+METHYL = [  # the stem of "methylation"/"methylated" is "methyl": a stemmed prefix would match 41-43
+    art("40", "DNA methylation in tumours", "Promoters were methylated in most samples.", ["DNA Methylation"]),
+    art("41", "Methyl-Red staining", "Methyl red is a pH indicator."),
+    art("42", "N-methyl-D-aspartate receptors", "NMDA receptor blockade in rats."),
+    art("43", "Methyl donors", "Folate supplies methyl groups.", ["Methylation"]),  # only its MeSH says it
+    art("44", "Methylated histones", "Histone marks."),
+    art("45", "Hypermethylation of CpG islands", "Islands were hypermethylated."),  # no word starts with it
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("methylat*", {"40", "43", "44"}),  # words that begin with "methylat", not the stem "methyl"
+        ("methylat*[tiab]", {"40", "44"}),  # 43 says "methylation" only in its MeSH
+        ("methylat*[ti]", {"40", "44"}),
+        ("methylat*[ab]", {"40"}),
+        ("methylat*[mh]", {"40", "43"}),
+        ('"dna methylat*"', {"40"}),
+        ('"methylat* histones"[ti]', {"44"}),
+        ("methyl", {"40", "41", "42", "43", "44"}),  # a bare word is still stemmed
+        ("methylat* NOT histones", {"40", "43"}),
+    ],
+)
+def test_truncation_matches_words_not_stems(query: str, expected: set[str]) -> None:
+    methyl = LocalIndex.build(METHYL)
+    assert hits(methyl, query) == expected
+
+
 @pytest.mark.parametrize(
     ("variant", "reference"),
     [

@@ -1,26 +1,28 @@
 """The agent graph itself (agent/graph.py), driven directly: the state it returns, message fields, timing.
 
 tests/test_budget_texts.py pins the texts the model reads through `Agent.run`; here the compiled graph
-is invoked on a bare state (only messages), so every default and every state field it keeps is checked:
-the query log with backend/translation, the ledger's first-retrieval rule and query index, the index of
-the message that spent the budget, the counters, and the seconds measured with an injected clock.
+is invoked on a bare state (only messages) with the episode's SearchBudget in the run config, so every
+default and every state field it keeps is checked, and what the budget recorded (query log with
+backend/translation, ledger with its first-retrieval rule, counters) is read from the budget itself.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from types import SimpleNamespace
 
 import pytest
-from langgraph.errors import GraphRecursionError
 
 from biocheck.agent import episode as episode_mod
 from biocheck.agent import graph as graph_mod
+from biocheck.agent.budget import QueryRecord, SearchBudget
 from biocheck.agent.episode import Agent, AgentConfig
-from biocheck.agent.graph import GraphConfig, Replace, build_graph, merge_messages, recursion_limit
+from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
 from biocheck.agent.llm.base import AssistantTurn, LLMError, ToolCall
 from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
-from biocheck.agent.tools import MISSING_QUERY, TOOL_SCHEMA, format_results
+from biocheck.agent.tools import MISSING_QUERY, format_results, unknown_tool
 from biocheck.pubmed.search import ToolOutput, article_dict
 from biocheck.pubmed.types import Article
 from tests.test_agent import REPORT
@@ -48,6 +50,7 @@ class TableTool:
 
 
 TABLE = {"vit": [A1, A2], "vit2": [A1_EDITED], "more": [A1_EDITED, A3], "new": [A4]}
+STATE_KEYS = {"messages", "refusals", "llm_calls", "llm_seconds", "stop_reason"}  # nothing of the budget's
 
 
 def bare_state(claim: str = "A claim.") -> dict:
@@ -59,84 +62,101 @@ def calls(*queries: str) -> dict:
     return {"tool_calls": [{"name": "search_pubmed", "arguments": {"query": q}} for q in queries]}
 
 
-def graph(turns, tool, max_searches: int, max_refusals: int, abstract_chars: int | None = None):
-    cfg = GraphConfig(max_searches=max_searches, max_refusals=max_refusals, abstract_chars=abstract_chars)
-    prompts = Prompts(max_searches=max_searches, papers_per_search=tool.max_results)
-    return build_graph(ScriptedChat(turns), tool, cfg, prompts), prompts, cfg
+def run_graph(llm, tool, max_searches: int, max_refusals: int, abstract_chars: int | None = None,
+              prompts: Prompts | None = None):
+    """Invoke a compiled graph once, as Agent.run does: bare state, a fresh budget in the run config."""
+    cfg = GraphConfig(max_searches=max_searches, max_refusals=max_refusals)
+    prompts = prompts or Prompts(max_searches=max_searches, papers_per_search=tool.max_results)
+    budget = SearchBudget(tool, prompts, max_searches, abstract_chars)
+    state = build_graph(llm, cfg, prompts).invoke(bare_state(), {"recursion_limit": recursion_limit(cfg),
+                                                                 "configurable": {"budget": budget}})
+    return state, budget, prompts
+
+
+def scripted(turns, tool, max_searches: int, max_refusals: int, abstract_chars: int | None = None):
+    return run_graph(ScriptedChat(turns), tool, max_searches, max_refusals, abstract_chars)
 
 
 def test_bare_state_through_budget_refusals_and_stop():
     tool = TableTool(TABLE)
     turns = [calls("vit", "vit2"), calls("more"), calls("again"), calls("again")]
-    g, prompts, cfg = graph(turns, tool, max_searches=3, max_refusals=1)
-    state = g.invoke(bare_state(), {"recursion_limit": recursion_limit(cfg)})
+    state, budget, prompts = scripted(turns, tool, max_searches=3, max_refusals=1)
     refused = prompts.refusal() + " " + prompts.intervention()
     assert tool.ran == ["vit", "vit2", "more"]
-    assert (state["searches"], state["refusals"], state["llm_calls"]) == (3, 1, 4)
+    assert set(state) == STATE_KEYS  # searches, ledger and query log live in the budget, not the graph state
+    assert (budget.searches, budget.refused, state["refusals"], state["llm_calls"]) == (3, 1, 1, 4)
     assert state["stop_reason"] == "budget_refusals_exhausted"
-    assert state["queries"] == [
-        {"query": "vit", "pmids": ["1", "2"], "error": None, "n_results": 2, "backend": "table",
-         "translation": "vit[All Fields]"},
-        {"query": "vit2", "pmids": ["1"], "error": None, "n_results": 1, "backend": "table",
-         "translation": "vit2[All Fields]"},
-        {"query": "more", "pmids": ["1", "3"], "error": None, "n_results": 2, "backend": "table",
-         "translation": "more[All Fields]"}]
-    # pmid 1 was retrieved by queries 0, 1 and 2: the first retrieval (query 0, original title) is kept
-    assert state["ledger"] == {"1": {**A1.model_dump(), "query_index": 0}, "2": {**A2.model_dump(), "query_index": 0},
-                               "3": {**A3.model_dump(), "query_index": 2}}
+    assert budget.queries == [
+        QueryRecord(query="vit", pmids=["1", "2"], n_results=2, backend="table", translation="vit[All Fields]"),
+        QueryRecord(query="vit2", pmids=["1"], n_results=1, backend="table", translation="vit2[All Fields]"),
+        QueryRecord(query="more", pmids=["1", "3"], n_results=2, backend="table", translation="more[All Fields]")]
+    # pmid 1 was retrieved by all three queries: the first retrieval (original title) is kept
+    assert budget.ledger == {"1": A1, "2": A2, "3": A3} and budget.ledger["1"] != A1_EDITED
     msgs = state["messages"]
     roles = [m["role"] for m in msgs]
     assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "assistant", "tool",
                      "assistant"]
-    assert state["exhausted_at"] == 6  # the result of "more", the third search
+    # the result of "more", the third search, carries the intervention; the earlier ones do not
+    assert msgs[3]["content"] == format_results(tool.run("vit")) and msgs[4]["content"] == format_results(tool.run("vit2"))
     assert msgs[6]["content"] == format_results(tool.run("more")) + "\n\n" + prompts.intervention()
-    assert msgs[8]["content"] == refused and state["tool_errors"] == []
+    assert msgs[8]["content"] == refused and budget.errors == []
     ids = [(m["tool_call_id"], m["name"]) for m in msgs if m["role"] == "tool"]
     assert ids == [("call_0_0", "search_pubmed"), ("call_0_1", "search_pubmed"), ("call_1_0", "search_pubmed"),
                    ("call_2_0", "search_pubmed")]
 
 
 def test_budget_spent_in_the_middle_of_a_turn_marks_that_call():
-    tool = TableTool(TABLE)
-    g, prompts, cfg = graph([calls("vit", "vit2", "more"), {"content": REPORT}], tool, max_searches=2,
-                            max_refusals=0)
-    state = g.invoke(bare_state(), {"recursion_limit": recursion_limit(cfg)})
+    state, budget, prompts = scripted([calls("vit", "vit2", "more"), {"content": REPORT}], TableTool(TABLE),
+                                      max_searches=2, max_refusals=0)
     msgs = state["messages"]
-    assert state["exhausted_at"] == 4 and msgs[4]["content"].endswith("\n\n" + prompts.intervention())
+    assert prompts.intervention() not in msgs[3]["content"]
+    assert msgs[4]["content"].endswith("\n\n" + prompts.intervention())
     assert msgs[5]["content"] == prompts.refusal() + " " + prompts.intervention()
     assert state["stop_reason"] == "final_answer" and state["llm_calls"] == 2 and "refusals" not in state
+    assert (budget.searches, budget.refused, budget.query_texts()) == (2, 1, ["vit", "vit2"])
 
 
-def test_query_index_is_the_position_in_the_whole_query_log():
-    g, _, cfg = graph([calls("vit", "more"), calls("vit2", "new"), {"content": REPORT}], TableTool(TABLE),
-                      max_searches=5, max_refusals=0)
-    state = g.invoke(bare_state(), {"recursion_limit": recursion_limit(cfg)})
-    assert [q["query"] for q in state["queries"]] == ["vit", "more", "vit2", "new"]
-    assert {pmid: a["query_index"] for pmid, a in state["ledger"].items()} == {"1": 0, "2": 0, "3": 1, "4": 3}
-    assert state["ledger"]["1"]["title"] == A1.title and "exhausted_at" not in state
+def test_the_query_log_and_the_ledger_span_the_whole_episode():
+    state, budget, _ = scripted([calls("vit", "more"), calls("vit2", "new"), {"content": REPORT}], TableTool(TABLE),
+                                max_searches=5, max_refusals=0)
+    assert budget.query_texts() == ["vit", "more", "vit2", "new"]
+    assert list(budget.ledger) == ["1", "2", "3", "4"]  # in order of first retrieval
+    assert budget.ledger["1"].title == A1.title and not budget.exhausted
+    assert not any(m["content"].endswith(Prompts().intervention()) for m in state["messages"] if m["role"] == "tool")
 
 
 def test_the_graph_drawing_shows_only_the_real_routes():
-    g, _, _ = graph([], TableTool(TABLE), max_searches=1, max_refusals=1)
+    g = build_graph(ScriptedChat([]), GraphConfig(max_searches=1, max_refusals=1), Prompts(max_searches=1))
     edges = {(e.source, e.target) for e in g.get_graph().edges}
     assert edges == {("__start__", "llm"), ("llm", "tools"), ("llm", "intervention"), ("llm", "final"),
-                     ("llm", "refusals_exhausted"), ("llm", "__end__"), ("tools", "llm"), ("tools", "intervention"),
-                     ("intervention", "llm"), ("final", "__end__"), ("refusals_exhausted", "__end__")}
+                     ("llm", "refusals_exhausted"), ("llm", "__end__"), ("tools", "llm"), ("intervention", "llm"),
+                     ("final", "__end__"), ("refusals_exhausted", "__end__")}
 
 
 def test_no_search_leaves_no_budget_marks():
-    g, _, cfg = graph([{"content": REPORT}], TableTool(TABLE), max_searches=2, max_refusals=1)
-    state = g.invoke(bare_state(), {"recursion_limit": recursion_limit(cfg)})
-    assert state["stop_reason"] == "final_answer" and state["llm_calls"] == 1
-    assert "exhausted_at" not in state and "searches" not in state
+    state, budget, _ = scripted([{"content": REPORT}], TableTool(TABLE), max_searches=2, max_refusals=1)
+    assert state["stop_reason"] == "final_answer" and state["llm_calls"] == 1 and "refusals" not in state
+    assert (budget.searches, budget.refused, budget.queries, budget.ledger, budget.errors) == (0, 0, [], {}, [])
 
 
 def test_abstract_chars_reach_the_tool_text():
     long = Article(pmid="9", title="T", abstract="word " * 50, source="t")
     tool = TableTool({"long": [long]})
-    g, _, cfg = graph([calls("long"), {"content": REPORT}], tool, max_searches=3, max_refusals=0, abstract_chars=20)
-    state = g.invoke(bare_state(), {"recursion_limit": recursion_limit(cfg)})
+    state, _, _ = scripted([calls("long"), {"content": REPORT}], tool, max_searches=3, max_refusals=0,
+                           abstract_chars=20)
     assert state["messages"][3]["content"] == "PMID: 9\nTitle: T\nAbstract: word word word word ..."
+    # through the Agent: AgentConfig.abstract_chars reaches the budget it builds for each run
+    ep = Agent(ScriptedChat([calls("long"), {"content": REPORT}]), tool,
+               AgentConfig(llm="x", max_searches=3, abstract_chars=20)).run("A claim.")
+    assert ep.messages[3]["content"] == "PMID: 9\nTitle: T\nAbstract: word word word word ..."
+
+
+def test_each_run_gets_a_fresh_budget():
+    agent = Agent(ScriptedChat([calls("vit"), {"content": REPORT}]), TableTool(TABLE),
+                  AgentConfig(llm="x", max_searches=1))
+    first, second = agent.run("A claim."), agent.run("A claim.")
+    assert first.searches == second.searches == 1 and second.queries == first.queries
+    assert second.messages[3]["content"].endswith(agent.prompts.intervention())  # not a refusal: budget is new
 
 
 class TurnLLM:
@@ -171,40 +191,42 @@ def test_malformed_tool_calls_are_answered_not_crashed_on():
     tool = TableTool(TABLE)
     llm = TurnLLM([Odd([{"function": {"name": "search_pubmed", "arguments": {"query": "vit"}}}, {"id": "x"}]),
                    Odd([{"function": {"name": "search_pubmed"}}, {}]), AssistantTurn(content=REPORT)])
-    cfg = GraphConfig(max_searches=1, max_refusals=1)
-    prompts = Prompts(max_searches=1, papers_per_search=3)
-    state = build_graph(llm, tool, cfg, prompts).invoke(bare_state(), {"recursion_limit": recursion_limit(cfg)})
+    state, budget, prompts = run_graph(llm, tool, max_searches=2, max_refusals=1)
     tools = [m for m in state["messages"] if m["role"] == "tool"]
     refused = prompts.refusal() + " " + prompts.intervention()
     assert tools[0] == {"role": "tool", "tool_call_id": "", "name": "search_pubmed",
-                        "content": format_results(tool.run("vit")) + "\n\n" + prompts.intervention()}
+                        "content": format_results(tool.run("vit"))}
+    # a call without a function is an unknown tool; it costs a search, here the last one
     assert tools[1] == {"role": "tool", "tool_call_id": "x", "name": "",
-                        "content": "Unknown tool None: the only tool is search_pubmed(query)."}
+                        "content": "Unknown tool None: the only tool is search_pubmed(query).\n\n"
+                                   + prompts.intervention()}
     # after the budget: the intervention refuses both, whatever they lack
     assert tools[2:] == [{"role": "tool", "tool_call_id": "", "name": "search_pubmed", "content": refused},
                          {"role": "tool", "tool_call_id": "", "name": "", "content": refused}]
-    assert llm.seen_tools == [[TOOL_SCHEMA]] * 3 and state["stop_reason"] == "final_answer"
+    assert llm.seen_tools == [[prompts.tool_schema()]] * 3 and state["stop_reason"] == "final_answer"
+    assert (budget.searches, budget.refused, budget.errors) == (2, 2, [unknown_tool(None)])
 
 
 def test_a_call_without_arguments_is_a_missing_query():
     llm = TurnLLM([Odd([{"id": "a", "function": {"name": "search_pubmed", "arguments": None}},
                         {"id": "b", "function": {"name": "search_pubmed", "arguments": "vit"}}])])
-    cfg = GraphConfig(max_searches=5, max_refusals=0)
-    state = build_graph(llm, TableTool(TABLE), cfg, Prompts()).invoke(bare_state(),
-                                                                      {"recursion_limit": recursion_limit(cfg)})
+    tool = TableTool(TABLE)
+    state, budget, _ = run_graph(llm, tool, max_searches=5, max_refusals=0)
     assert [m["content"] for m in state["messages"] if m["role"] == "tool"] == [MISSING_QUERY, MISSING_QUERY]
-    assert state["searches"] == 2 and state["tool_errors"] == [MISSING_QUERY, MISSING_QUERY]
+    assert budget.searches == 2 and budget.errors == [MISSING_QUERY, MISSING_QUERY] and tool.ran == []
+
+
+def test_the_model_is_offered_the_prompts_tool_schema():
+    llm = TurnLLM([AssistantTurn(content=REPORT)])
+    run_graph(llm, TableTool(TABLE), max_searches=2, max_refusals=0, prompts=Prompts(2, papers_per_search=7))
+    assert llm.seen_tools == [[Prompts(2, papers_per_search=7).tool_schema()]]
+    assert "up to seven papers" in llm.seen_tools[0][0]["function"]["description"]
 
 
 def test_raw_generation_is_kept_on_the_message_only_when_there_is_one():
-    llm = TurnLLM([AssistantTurn(content="thinking", raw="<think>")])
-    cfg = GraphConfig()
-    state = build_graph(llm, TableTool(TABLE), cfg, Prompts()).invoke(bare_state(),
-                                                                      {"recursion_limit": recursion_limit(cfg)})
+    state, _, _ = run_graph(TurnLLM([AssistantTurn(content="thinking", raw="<think>")]), TableTool(TABLE), 5, 2)
     assert state["messages"][-1] == {"role": "assistant", "content": "thinking", "raw": "<think>"}
-    plain = TurnLLM([AssistantTurn(content=REPORT)])
-    state = build_graph(plain, TableTool(TABLE), cfg, Prompts()).invoke(bare_state(),
-                                                                        {"recursion_limit": recursion_limit(cfg)})
+    state, _, _ = run_graph(TurnLLM([AssistantTurn(content=REPORT)]), TableTool(TABLE), 5, 2)
     assert state["messages"][-1] == {"role": "assistant", "content": REPORT}
 
 
@@ -213,11 +235,9 @@ def test_llm_error_counts_the_call_and_stops():
         def chat(self, messages, tools):
             raise LLMError("server down")
 
-    cfg = GraphConfig()
-    state = build_graph(Dead([]), TableTool(TABLE), cfg, Prompts()).invoke(bare_state(),
-                                                                           {"recursion_limit": recursion_limit(cfg)})
+    state, budget, _ = run_graph(Dead([]), TableTool(TABLE), 5, 2)
     assert state["stop_reason"] == "llm_error: server down" and state["llm_calls"] == 1
-    assert [m["role"] for m in state["messages"]] == ["system", "user"]
+    assert [m["role"] for m in state["messages"]] == ["system", "user"] and budget.searches == 0
 
 
 def test_an_llm_error_later_in_the_episode_counts_every_call():
@@ -227,32 +247,33 @@ def test_an_llm_error_later_in_the_episode_counts_every_call():
                 raise LLMError("gone")
             return super().chat(messages, tools)
 
-    cfg = GraphConfig()
     llm = DiesSecond([AssistantTurn(tool_calls=[ToolCall("search_pubmed", {"query": "vit"}, "a")])])
-    state = build_graph(llm, TableTool(TABLE), cfg, Prompts()).invoke(bare_state(),
-                                                                      {"recursion_limit": recursion_limit(cfg)})
-    assert (state["stop_reason"], state["llm_calls"], state["searches"]) == ("llm_error: gone", 2, 1)
+    state, budget, _ = run_graph(llm, TableTool(TABLE), 5, 2)
+    assert (state["stop_reason"], state["llm_calls"], budget.searches) == ("llm_error: gone", 2, 1)
 
 
-def test_merge_messages_replaces_by_index_and_appends_the_rest():
-    left = [{"n": 0}, {"n": 1}]
-    assert merge_messages(left, [Replace(0, {"n": "x"}), {"n": 2}]) == [{"n": "x"}, {"n": 1}, {"n": 2}]
-    assert left == [{"n": 0}, {"n": 1}]  # the old state is not changed in place
+# -- a runaway model: it never stops calling a tool that does not exist ------------------------------------
 
 
-# -- the hard stop: a model that never stops calling an unknown tool (it costs no budget) ----------------
-
-
-@pytest.mark.parametrize("max_searches, max_refusals", [(1, 0), (2, 3)])
-def test_a_runaway_model_is_stopped_by_the_recursion_limit(max_searches, max_refusals):
-    llm = TurnLLM([AssistantTurn(tool_calls=[ToolCall("google", {}, f"c{i}")]) for i in range(200)])
-    agent = Agent(llm, TableTool(TABLE), AgentConfig(llm="fake", max_searches=max_searches, max_refusals=max_refusals))
-    with pytest.raises(GraphRecursionError):
-        agent.run("A claim.")
-    # every round is two graph steps (llm, tools); the limit is 4 steps per budgeted round plus 10
-    steps = 4 * (max_searches + max_refusals) + 10
-    assert recursion_limit(GraphConfig(max_searches=max_searches, max_refusals=max_refusals)) == steps
-    assert 200 - len(llm.turns) == (steps + 1) // 2
+@pytest.mark.parametrize("max_searches, max_refusals, per_turn", [(1, 0, 1), (2, 3, 1), (3, 1, 2), (0, 1, 1),
+                                                                  (5, 2, 3)])
+def test_a_model_calling_only_an_unknown_tool_spends_the_budget_and_the_episode_ends(max_searches, max_refusals,
+                                                                                     per_turn):
+    llm = TurnLLM([AssistantTurn(tool_calls=[ToolCall("google", {}, f"c{i}_{j}") for j in range(per_turn)])
+                   for i in range(200)])
+    tool = TableTool(TABLE)
+    # no GraphRecursionError: each unknown call costs a search, so the budget runs out and the refusals end it
+    ep = Agent(llm, tool, AgentConfig(llm="fake", max_searches=max_searches, max_refusals=max_refusals)).run("A claim.")
+    rounds = math.ceil(max_searches / per_turn) + max_refusals
+    assert ep.stop_reason == "budget_refusals_exhausted" and ep.final_text == "" and tool.ran == []
+    assert ep.llm_calls == 200 - len(llm.turns) == rounds + 1  # the rounds, then the turn that ends the episode
+    assert ep.searches == max_searches and ep.tool_errors == [unknown_tool("google")] * max_searches
+    prompts = Prompts(max_searches=max_searches, papers_per_search=TableTool.max_results)
+    expected = [unknown_tool("google")] * max_searches
+    if expected:
+        expected[-1] += "\n\n" + prompts.intervention()  # the call that spends the budget asks for the report
+    expected += [prompts.refusal() + " " + prompts.intervention()] * (rounds * per_turn - max_searches)
+    assert [m["content"] for m in ep.messages if m["role"] == "tool"] == expected
 
 
 # -- timing, with injected clocks (no wall-clock assertion) ------------------------------------------------
@@ -270,16 +291,17 @@ class Clock:
 
 
 def test_timing_sums_llm_and_search_seconds(monkeypatch):
-    graph_clock, episode_clock = Clock(0.0123456), Clock(0.987654321)
+    graph_clock, episode_clock, search_clock = Clock(0.0123456), Clock(0.987654321), Clock(0.0234567)
     monkeypatch.setattr(graph_mod, "time", SimpleNamespace(perf_counter=graph_clock.perf_counter))
     monkeypatch.setattr(episode_mod, "time", SimpleNamespace(perf_counter=episode_clock.perf_counter))
+    # the budget the Agent builds for the run, with its clock injected
+    monkeypatch.setattr(episode_mod, "SearchBudget", functools.partial(SearchBudget, clock=search_clock.perf_counter))
     tool = TableTool(TABLE)
     # 3 llm calls; searches: two in one turn, then one
     ep = Agent(ScriptedChat([calls("vit", "vit2"), calls("more"), {"content": REPORT}]), tool,
                AgentConfig(llm="scripted:<inline>", max_searches=5)).run("A claim.")
-    step = graph_clock.step
-    assert ep.timing == {"total_s": round(episode_clock.step, 4), "llm_s": round(3 * step, 4),
-                         "search_s": round(3 * step, 4)}
+    assert ep.timing == {"total_s": round(episode_clock.step, 4), "llm_s": round(3 * graph_clock.step, 4),
+                         "search_s": round(3 * search_clock.step, 4)}
 
 
 def test_timing_counts_a_failed_llm_call(monkeypatch):

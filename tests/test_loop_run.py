@@ -35,6 +35,28 @@ def test_zero_limits_are_allowed():
     assert (AgentConfig(max_searches=0, max_refusals=0).max_searches, AgentConfig(max_refusals=0).max_refusals) == (0, 0)
 
 
+@pytest.mark.parametrize("kw, message", [
+    ({"abstract_chars": -5}, "agent.abstract_chars must be >= 1 (or null for the whole abstract), not -5"),
+    ({"abstract_chars": 0}, "agent.abstract_chars must be >= 1 (or null for the whole abstract), not 0"),
+    ({"max_new_tokens": 0}, "agent.max_new_tokens must be >= 1, not 0"),
+    ({"temperature": -0.1}, "agent.temperature must be >= 0 (0 = greedy), not -0.1"),
+    ({"temperature": float("nan")}, "agent.temperature must be >= 0 (0 = greedy), not nan"),
+    ({"top_p": 0.0}, "agent.top_p must be in (0, 1], not 0.0"),
+    ({"top_p": 1.5}, "agent.top_p must be in (0, 1], not 1.5"),
+    ({"workers": 0}, "agent.workers must be >= 1, not 0"),
+])
+def test_nonsense_generation_and_batch_settings_are_rejected_with_the_key_named(kw, message):
+    with pytest.raises(ValueError) as e:
+        AgentConfig(**kw)
+    assert str(e.value) == message
+
+
+def test_edge_settings_that_make_sense_are_allowed():
+    cfg = AgentConfig(abstract_chars=None, temperature=0.0, top_p=1.0, max_new_tokens=1, workers=1)
+    assert (cfg.abstract_chars, cfg.temperature, cfg.top_p) == (None, 0.0, 1.0)
+    assert AgentConfig(abstract_chars=1, top_p=1e-3, temperature=2.0).abstract_chars == 1
+
+
 # -- Agent and its Episode ------------------------------------------------------------------------------
 
 
@@ -42,14 +64,11 @@ def test_the_prompts_follow_the_budget_and_the_tools_paper_count():
     agent = Agent(ScriptedChat([]), TableTool(TABLE), AgentConfig(llm="x", max_searches=3, max_refusals=4,
                                                                   abstract_chars=77))
     assert agent.prompts == Prompts(max_searches=3, papers_per_search=TableTool.max_results)
-    assert (agent.graph_cfg.max_searches, agent.graph_cfg.max_refusals, agent.graph_cfg.abstract_chars) == (3, 4, 77)
+    assert (agent.graph_cfg.max_searches, agent.graph_cfg.max_refusals, agent.new_budget().abstract_chars) == (3, 4, 77)
     assert agent.initial_messages("Claim X.") == [{"role": "system", "content": agent.prompts.system()},
                                                   {"role": "user", "content": agent.prompts.user("Claim X.")}]
 
 
-def test_a_tool_without_a_paper_count_gets_the_search_default():
-    agent = Agent(ScriptedChat([]), object(), AgentConfig(llm="x"))
-    assert agent.prompts.papers_per_search == SearchConfig().max_results
 
 
 def test_episode_records_everything_that_happened():
@@ -130,6 +149,47 @@ def test_load_claims_names_the_record_without_a_claim(tmp_path, second):
     assert str(e.value) == f"{p}, record 2: needs a non-empty 'claim' string."
 
 
+@pytest.mark.parametrize("record, message", [
+    ('{"claim": "B.", "label": "TRUE"}', "unknown label 'TRUE'; use one of SUPPORTED, REFUTED, NEI (or leave it out)."),
+    ('{"claim": "B.", "label": "supported"}', "unknown label 'supported'; use one of SUPPORTED, REFUTED, NEI (or leave "
+                                              "it out)."),
+    ('{"claim": "B.", "dataset": 5}', "'dataset' must be a string, not int 5."),
+    ('{"claim": "B.", "dataset": ["x"]}', "'dataset' must be a string, not list ['x']."),
+    ('{"claim": "B.", "id": ["x"]}', "'id' must be a string or an integer, not list ['x']."),
+    ('{"claim": "B.", "id": true}', "'id' must be a string or an integer, not bool True."),
+    ('{"claim": "B.", "id": " "}', "'id' must not be empty."),
+])
+def test_load_claims_checks_labels_datasets_and_ids_up_front(tmp_path, record, message):
+    p = tmp_path / "claims.jsonl"
+    p.write_text('{"claim": "A.", "label": "NEI", "dataset": "scifact"}\n' + record + "\n")
+    with pytest.raises(InputError) as e:
+        read_claims(p)
+    assert str(e.value) == f"{p}, record 2: {message}"
+
+
+def test_a_null_id_is_the_record_number(tmp_path):
+    p = tmp_path / "claims.jsonl"
+    p.write_text('{"claim": "A.", "id": null}\n')
+    assert read_claims(p)[0]["claim_id"] == "1"
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n"])
+def test_an_empty_claims_file_says_it_has_no_claims(tmp_path, content):
+    p = tmp_path / "claims.jsonl"
+    p.write_text(content)
+    with pytest.raises(InputError) as e:
+        read_claims(p)
+    assert str(e.value).startswith(f"{p}: no claims in the file; write one JSON object per line, e.g. {{\"claim\": ")
+    assert "fetch" not in str(e.value)
+
+
+def test_a_folder_or_a_missing_file_as_claims_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="is a folder; --claims wants a JSONL file"):
+        read_claims(tmp_path)
+    with pytest.raises(InputError, match="no such claims file"):
+        read_claims(tmp_path / "nope.jsonl")
+
+
 def test_load_claims_rejects_duplicate_ids(tmp_path):
     p = tmp_path / "claims.jsonl"
     rows = [{"id": f"d{i}", "claim": "x"} for i in range(7)] * 2 + [{"id": "u", "claim": "y"}]
@@ -143,9 +203,10 @@ def test_load_claims_rejects_duplicate_ids(tmp_path):
 # -- traces -----------------------------------------------------------------------------------------------
 
 
-def test_trace_path_keeps_safe_characters_and_replaces_the_rest(tmp_path):
-    assert trace_path(tmp_path, "Ab9-_.x") == tmp_path / "Ab9-_.x.json"
-    assert trace_path(tmp_path, "a/b c:d") == tmp_path / "a_b_c_d.json"
+def test_trace_path_keeps_plain_ids_and_slugs_the_rest_with_a_hash(tmp_path):
+    assert trace_path(tmp_path, "ab9-_.x") == tmp_path / "ab9-_.x.json"
+    assert re.fullmatch(r"a_b_c_d-[0-9a-f]{10}\.json", trace_path(tmp_path, "a/b c:d").name)
+    assert re.fullmatch(r"Ab9-[0-9a-f]{10}\.json", trace_path(tmp_path, "Ab9").name)  # case-insensitive disks
 
 
 def test_write_trace_is_indented_json_with_a_final_newline(tmp_path):
@@ -167,7 +228,7 @@ def test_run_batch_writes_each_trace_and_the_summary(tmp_path):
     assert [(e.claim, e.claim_id, e.dataset, e.gold_label) for e in eps] == [
         ("Claim 0.", "c0", "ds", None), ("Claim 1.", "c1", "ds", Label.SUPPORTED), ("Claim 2.", "c2", "ds",
                                                                                       Label.SUPPORTED)]
-    assert summary == summarize(eps)
+    assert summary == {**summarize(eps), "failed": [], "reused": 0, "rerun": {}}
     assert (tmp_path / "out" / "summary.json").read_text() == json.dumps(summary, indent=2) + "\n"
 
 
@@ -243,3 +304,31 @@ def test_by_default_one_episode_at_a_time_with_a_progress_bar_into_a_new_folder(
     summary = run_batch(Agent(llm, TableTool(TABLE), AgentConfig(llm="x")), CLAIMS[:2], out)
     assert llm.overlap is False and summary["episodes"] == 2 and (out / "summary.json").is_file()
     assert "| 2/2 [" in capsys.readouterr().err
+
+
+# -- the scripted model's file (agent/llm/scripted.py) --------------------------------------------------------------
+
+@pytest.mark.parametrize("arguments", [[1, 2], 5, True, "[1, 2]", "7"])
+def test_scripted_tool_arguments_that_are_not_an_object_are_refused_when_loading(tmp_path, arguments):
+    from biocheck.agent.llm import LLMError
+
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps([{"content": "x"}, {"tool_calls": [{"name": "search_pubmed", "arguments": arguments}]}]))
+    with pytest.raises(LLMError) as e:
+        ScriptedChat.from_file(p)
+    assert str(e.value) == (f"scripted:{p}: turn 1, tool call 0: 'arguments' must be an object such as "
+                            f'{{"query": "..."}} (or a JSON string of one), not {arguments!r:.60}.')
+
+
+@pytest.mark.parametrize("arguments, parsed", [({"query": "q"}, {"query": "q"}), ('{"query": "q"}', {"query": "q"}),
+                                               ("vitamin D", {"query": "vitamin D"}), (None, {}), ({}, {})])
+def test_scripted_tool_arguments_objects_json_strings_and_plain_text(tmp_path, arguments, parsed):
+    chat = ScriptedChat([{"tool_calls": [{"name": "search_pubmed", "arguments": arguments}]}])
+    assert chat.chat([], []).tool_calls[0].arguments == parsed
+
+
+def test_a_folder_as_script_is_an_llm_error(tmp_path):
+    from biocheck.agent.llm import LLMError
+
+    with pytest.raises(LLMError, match=rf"^scripted: {re.escape(str(tmp_path))} is a folder; give a JSON file"):
+        ScriptedChat.from_file(tmp_path)

@@ -168,3 +168,74 @@ def test_missing_raw_files_point_to_fetch(tmp_path):
     with pytest.raises(InputError, match="Run `biocheck data fetch` first"):
         prepare(cfg(tmp_path / "nothing", tmp_path))
 
+
+
+# --- recovery hints that recover: raw files come back through fetch, prepared ones through prepare --
+
+REFETCH = ("dvc repro -f -s fetch", "biocheck data fetch --force")
+REPREPARE = ("dvc repro -f -s prepare", "biocheck data prepare")
+
+
+@pytest.mark.parametrize("case", ["cut tarball", "empty csv", "empty tar member"])
+def test_a_damaged_raw_file_points_to_a_refetch_that_works_under_dvc(case, tmp_path):
+    raw = write_raw(tmp_path / "raw")
+    tar = raw / "scifact" / "data.tar.gz"
+    if case == "cut tarball":
+        tar.write_bytes(tar.read_bytes()[:-40])
+    elif case == "empty csv":
+        (raw / "healthfc" / "Datensatz.csv").write_bytes(b"")
+    else:
+        write_scifact_tar(tar, corpus=b"")
+    with pytest.raises(InputError) as e:
+        prepare(cfg(raw, tmp_path))
+    assert all(hint in str(e.value) for hint in REFETCH), str(e.value)
+
+
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    path.write_bytes({"empty": b"", "not utf-8": data.replace(b"a", b"\xff", 1), "cut": data[:-7],
+                      "not a record": data.replace(b'"claim"', b'"claim_text"', 1)}[how])
+
+
+@pytest.mark.parametrize("how", ["empty", "not utf-8", "cut", "not a record", "missing"])
+@pytest.mark.parametrize("load, rel", [(lambda d: load_split("scifact", "train", d), "scifact/train.jsonl"),
+                                       (lambda d: load_full("healthfc", d), "full/healthfc.jsonl"),
+                                       (load_corpus, "corpus.jsonl")], ids=["split", "full", "corpus"])
+def test_a_damaged_prepared_file_points_to_prepare_not_fetch(raw_dir, tmp_path, load, rel, how):
+    c = cfg(raw_dir, tmp_path)
+    prepare(c)
+    if how == "missing":
+        (c.out_dir / rel).unlink()
+    elif how == "not a record" and rel == "corpus.jsonl":
+        _rewrite_first(c.out_dir / rel, "title")
+    else:
+        _damage(c.out_dir / rel, how)
+    with pytest.raises(InputError) as e:
+        load(c.out_dir)
+    msg = str(e.value)
+    assert rel in msg and all(hint in msg for hint in REPREPARE) and "fetch" not in msg, msg
+
+
+def _rewrite_first(path: Path, key: str) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0].pop(key)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_working_split_left_empty_by_the_config_is_an_error_not_a_missing_file(raw_dir, tmp_path):
+    # val_fraction 0.04 of 10/5/8 claims per label rounds to no val claim at all
+    c = cfg(raw_dir, tmp_path, val_fraction=0.04)
+    with pytest.raises(InputError, match=r"scifact/val: no claims.*data\.val_fraction"):
+        prepare(c)
+    assert not c.out_dir.exists()
+
+
+def test_prepare_writes_every_working_split_of_the_schema(raw_dir, tmp_path):
+    from biocheck.data.schema import DATASET_SPLITS, DATASETS
+
+    assert DATASET_SPLITS == {"scifact": ("train", "val", "test"), "healthfc": ("test",)}
+    assert DATASETS == tuple(DATASET_SPLITS)
+    c = cfg(raw_dir, tmp_path, keep_labels={"train": ["NEI"]})
+    stats = prepare(c)
+    assert {ds: tuple(splits) for ds, splits in stats["working"].items()} == DATASET_SPLITS
+    assert all(r.label.value == "NEI" for r in load_split("scifact", "train", c.out_dir))

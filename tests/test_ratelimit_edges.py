@@ -76,10 +76,12 @@ KEY = "sekrit-KEY-0123456789abcdef"
 
 
 @pytest.fixture
-def registry(monkeypatch):
-    """A fresh process-wide registry (as in a new process); BIOCHECK_RATELIMIT_DIR unset."""
+def registry(monkeypatch, tmp_path):
+    """A fresh process-wide registry (as in a new process); BIOCHECK_RATELIMIT_DIR unset and the
+    user's cache dir ($XDG_CACHE_HOME) in tmp_path/xdg, never the real ~/.cache."""
     monkeypatch.setattr(ratelimit, "_registry", {})
     monkeypatch.delenv("BIOCHECK_RATELIMIT_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     return ratelimit._registry
 
 
@@ -90,8 +92,62 @@ def test_one_limiter_per_host_and_identity_kept_for_the_process(registry):
     assert anonymous is not mine and anonymous is shared_limiter("h:1", "")  # no key, or an empty one
     assert shared_limiter("h:2", KEY) is not mine
     assert anonymous.interval == (1 + ratelimit.DEFAULT_SLACK) / requests_per_second(None)
-    assert all(lim.state_file is None for lim in registry.values())  # process-wide only, unless asked
     assert KEY not in repr(list(registry))  # the key is held hashed
+
+
+def test_by_default_processes_share_the_limit_through_the_users_cache_dir(registry, tmp_path):
+    first = shared_limiter("h:1", KEY, slack=0.0)
+    assert first.state_file is not None and first.state_file.parent == tmp_path / "xdg" / "biocheck"
+    registry.clear()  # in effect another process of the same user
+    second = shared_limiter("h:1", KEY, slack=0.0)
+    assert second is not first and second.state_file == first.state_file
+    assert first.try_acquire() == 0.0 and second.try_acquire() > 0  # one slot for the user, not per process
+
+
+def test_without_xdg_cache_home_the_cache_dir_is_home_dot_cache(registry, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for xdg in (None, "", "relative/cache"):  # unset, empty, or relative (the XDG spec says: ignore it)
+        registry.clear()
+        if xdg is None:
+            monkeypatch.delenv("XDG_CACHE_HOME")
+        else:
+            monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+        assert shared_limiter("h:1", None).state_file.parent == tmp_path / "home" / ".cache" / "biocheck"
+
+
+def test_the_env_override_still_wins(registry, tmp_path, monkeypatch):
+    monkeypatch.setenv("BIOCHECK_RATELIMIT_DIR", str(tmp_path / "override"))
+    assert shared_limiter("h:1", None).state_file.parent == tmp_path / "override"
+
+
+def test_a_changed_state_dir_gets_its_own_limiter(registry, tmp_path, monkeypatch):
+    default = shared_limiter("h:1", None)
+    monkeypatch.setenv("BIOCHECK_RATELIMIT_DIR", str(tmp_path / "other"))
+    assert shared_limiter("h:1", None) is not default  # not the one keyed to the old file
+
+
+def test_an_unusable_cache_dir_falls_back_to_the_process_wide_limit(registry, tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache dir should be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    limiter = shared_limiter("h:1", None)
+    assert limiter.state_file is None and limiter.try_acquire() == 0.0
+    assert "rate limit" in caplog.text and str(blocker) in caplog.text  # said once, as a warning
+
+
+def test_a_state_file_that_becomes_unwritable_falls_back_instead_of_failing_requests(tmp_path, caplog):
+    state = tmp_path / "gone" / "eutils-x.next"
+    limiter = RateLimiter(4, slack=0.0, state_file=state, clock=lambda: 7.0)
+    state.parent.rmdir()
+    (tmp_path / "gone").write_text("now a file")  # the state dir is replaced by a file
+    assert limiter.try_acquire() == 0.0 and limiter.state_file is None
+    assert limiter.try_acquire() == limiter.interval  # still limited, within the process
+    assert "rate limit" in caplog.text
+
+
+def test_without_posix_file_locks_the_default_is_process_wide(registry, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # as on Windows
+    assert shared_limiter("h:1", None).state_file is None
 
 
 def test_with_a_state_dir_every_process_shares_one_file_per_host_and_key(registry, tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import socket
 
 import pytest
@@ -180,3 +181,88 @@ def test_cli_single_query(workdir):
     r = runner.invoke(app, ["search", "x", "--backend", "bing"])
     assert r.exit_code == 1 and "search.backend" in r.output
     assert runner.invoke(app, ["search"]).exit_code == 2
+
+
+# --- configuration values that cannot work ---------------------------------------------------------
+
+@pytest.mark.parametrize("key, value, says", [
+    ("max_attempts", 0, "search.max_attempts: 0 must be an integer between 1 and 20"),
+    ("max_attempts", -3, "search.max_attempts: -3 must be an integer between 1 and 20"),
+    ("max_attempts", 1000, "search.max_attempts: 1000 must be an integer between 1 and 20"),
+    ("timeout_s", -1, "search.timeout_s: -1 must be a number of seconds above 0"),
+    ("timeout_s", 0, "search.timeout_s: 0 must be a number of seconds above 0"),
+    ("timeout_s", float("nan"), "search.timeout_s: nan must be a number of seconds above 0"),
+    ("timeout_s", float("inf"), "search.timeout_s: inf must be a number of seconds above 0"),
+    ("max_results", 0, "search.max_results: 0 must be between 1 and 10000"),
+    ("max_results", 10_001, "search.max_results: 10001 must be between 1 and 10000"),
+])
+def test_search_config_refuses_values_that_cannot_work(key, value, says):
+    with pytest.raises(ValueError, match=f"^{re.escape(says)}"):
+        SearchConfig(**{key: value})
+
+
+def test_the_params_loader_names_the_key_in_one_line(tmp_path):
+    from biocheck.pipeline import search_config
+
+    for key, value in (("max_attempts", 0), ("timeout_s", -1)):
+        with pytest.raises(InputError, match=rf"section 'search': search\.{key}: {value} must") as err:
+            search_config({"search": {key: value}})
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"threads": 0}, "evidence.threads: 0 must be an integer between 1 and 8"),
+    ({"threads": 64}, "evidence.threads: 64 must be an integer between 1 and 8"),
+    ({"corpus_source": " "}, "evidence.corpus_source: ' ' must name the corpus"),
+    ({"baseline": [3]}, "evidence.baseline: must be a list of file paths or globs, got [3]"),
+    ({"baseline": {"a": 1}}, "evidence.baseline: must be a list of file paths or globs, got {'a': 1}"),
+    ({"store": "ev/index/evidence.sqlite"}, "evidence.store: ev/index/evidence.sqlite is inside evidence.index_dir"),
+    ({"corpus": "ev/index/c.jsonl"}, "evidence.corpus: ev/index/c.jsonl is inside evidence.index_dir"),
+    ({"metrics_path": "ev/index"}, "evidence.metrics_path: ev/index is inside evidence.index_dir"),
+])
+def test_evidence_config_refuses_values_that_cannot_work(change, says):
+    with pytest.raises(ValueError, match=f"^{re.escape(says)}"):
+        EvidenceConfig(**{"index_dir": "ev/index", **change})
+
+
+# --- large n ------------------------------------------------------------------------------------
+
+def test_up_to_10000_papers_per_search_are_allowed():
+    from biocheck.pubmed import search as search_module
+
+    assert search_module.MAX_N == 10_000 and SearchConfig(max_results=10_000).max_results == 10_000
+
+
+def test_local_and_replay_answer_large_n(tmp_path):
+    from biocheck.pubmed.local import LocalIndex
+    from biocheck.pubmed.types import Article
+
+    papers = [Article(pmid=str(40_000_000 + i), title=f"Zinc trial {i}", abstract="Zinc " * (1 + i % 5),
+                      source="entrez") for i in range(1_500)]
+    index_dir = tmp_path / "idx"
+    LocalIndex.build(papers, path=index_dir)
+    with EvidenceStore(tmp_path / "ev.sqlite") as store:
+        store.put_articles(papers)
+    for backend in ("local", "replay"):
+        tool = search_tool(SearchConfig(backend=backend, index_dir=index_dir, store=tmp_path / "ev.sqlite",
+                                        max_results=1_200))
+        out = tool.run("zinc")
+        assert out.error is None and len(out.results) == 1_200, backend
+        assert len({r["pmid"] for r in out.results}) == 1_200
+
+
+def test_cli_n_above_100(workdir):
+    r = runner.invoke(app, ["search", "aspirin OR coffee", "--json", "-n", "150"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["error"] is None
+    r = runner.invoke(app, ["search", "aspirin", "-n", "10001"])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit) and "10000" in r.output
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://eutils.example.org/", "http://[::1"])
+def test_cli_refuses_a_bad_eutils_url_in_one_line(workdir, monkeypatch, url):
+    monkeypatch.setenv("BIOCHECK_EUTILS_URL", url)
+    r = runner.invoke(app, ["search", "aspirin", "--backend", "entrez"])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), repr(r.exception)  # not a crash
+    assert "BIOCHECK_EUTILS_URL" in r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from biocheck.agent.prompts import Prompts
-from biocheck.agent.tools import MISSING_QUERY, TOOL_SCHEMA, format_results
+from biocheck.agent.tools import MISSING_QUERY, format_results
 from biocheck.pubmed.search import ToolOutput, article_dict
 from biocheck.pubmed.types import Article
-from biocheck.train.env import SearchEnv, env_factory
+from biocheck.train.env import SearchEnv, env_class, env_factory, make_env
 
 A1 = Article(pmid="1", title="Vitamin D and fractures", abstract="Vitamin D reduced fractures. " * 20,
              source="corpus:test")
@@ -42,7 +42,7 @@ TABLE = {"vitamin D AND fracture*": hit("vitamin D AND fracture*", A1, A2),
 
 def make(budget: int, chars: int | None = 60) -> tuple[SearchEnv, ScriptedTool, Prompts]:
     tool, prompts = ScriptedTool(TABLE), Prompts(max_searches=budget)
-    return SearchEnv(tool, prompts, budget, abstract_chars=chars), tool, prompts
+    return make_env(tool, prompts, budget, abstract_chars=chars), tool, prompts
 
 
 def test_budget_the_spending_search_carries_the_intervention_and_later_calls_are_refused():
@@ -54,15 +54,17 @@ def test_budget_the_spending_search_carries_the_intervention_and_later_calls_are
     third = env.search_pubmed("aspirin")
     assert third == prompts.refusal() + " " + prompts.intervention()
     assert tool.ran == ["vitamin D AND fracture*", "coffee"]  # the refused call never reaches the tool
-    assert env.queries == ["vitamin D AND fracture*", "coffee"] and env.searches == 2
+    assert env.budget.query_texts() == ["vitamin D AND fracture*", "coffee"] and env.budget.searches == 2
     assert env.search_pubmed("aspirin") == third  # every later call: the same refusal
+    assert env.budget.refused == 2 and env.budget.errors == []
 
 
 @pytest.mark.parametrize("args", [{}, {"query": None}, {"query": 5}, {"q": "vitamin D"}])
 def test_a_call_without_a_string_query_spends_a_search_but_runs_nothing(args):
     env, tool, prompts = make(budget=2)
     assert env.search_pubmed(**args) == MISSING_QUERY
-    assert env.searches == 1 and env.queries == [] and tool.ran == [] and env.errors == [MISSING_QUERY]
+    b = env.budget
+    assert b.searches == 1 and b.queries == [] and tool.ran == [] and b.errors == [MISSING_QUERY]
     # it spent one of the two searches: the next one is the last, and says so
     assert env.search_pubmed("coffee").endswith("\n\n" + prompts.intervention())
     spent, _, one = make(budget=1)
@@ -72,21 +74,22 @@ def test_a_call_without_a_string_query_spends_a_search_but_runs_nothing(args):
 def test_a_backend_error_is_a_spent_executed_search():
     env, tool, _ = make(budget=3)
     assert env.search_pubmed("broken (") == "Search error: unbalanced parentheses"
-    assert env.queries == ["broken ("] and env.errors == ["unbalanced parentheses"] and env.searches == 1
-    assert env.ledger == {}
+    b = env.budget
+    assert b.query_texts() == ["broken ("] and b.errors == ["unbalanced parentheses"] and b.searches == 1
+    assert b.queries[0].error == "unbalanced parentheses" and b.ledger == {}
 
 
 def test_extra_arguments_are_ignored_and_the_query_runs():
     env, tool, _ = make(budget=3)
     assert env.search_pubmed(query="coffee", max_results=50) == format_results(hit("coffee"), 60)
-    assert tool.ran == ["coffee"]
+    assert tool.ran == ["coffee"] and env.budget.errors == []
 
 
 def test_ledger_keeps_every_paper_once_as_first_retrieved():
     env, _, _ = make(budget=3)
     env.search_pubmed("vitamin D AND fracture*")
     env.search_pubmed("vitamin D[ti]")  # pmid 1 again, another version of the record
-    assert env.ledger == {"1": A1, "2": A2}  # the first copy stays: the model was shown that one first
+    assert env.budget.ledger == {"1": A1, "2": A2}  # the first copy stays: the model was shown that one first
 
 
 def test_abstract_chars_cut_the_text_the_model_reads():
@@ -104,8 +107,9 @@ def test_reset_starts_a_new_episode_with_a_full_budget():
     env.search_pubmed("vitamin D AND fracture*")
     env.search_pubmed()
     assert env.reset(claim="c", label="REFUTED") is None  # nothing is added to the prompt
-    assert (env.searches, env.queries, env.ledger, env.errors, env.row) == (0, [], {}, [], {"claim": "c",
-                                                                                          "label": "REFUTED"})
+    b = env.budget
+    assert (b.searches, b.refused, b.queries, b.ledger, b.errors, env.row) == (0, 0, [], {}, [],
+                                                                               {"claim": "c", "label": "REFUTED"})
     assert env.search_pubmed("coffee") == format_results(hit("coffee"), 60) + "\n\n" + prompts.intervention()
 
 
@@ -115,11 +119,24 @@ def test_factory_gives_independent_environments():
     a, b = factory(), factory()
     assert a is not b
     a.search_pubmed("vitamin D AND fracture*")
-    assert (b.searches, b.queries, b.ledger) == (0, [], {})
+    assert (b.budget.searches, b.budget.queries, b.budget.ledger) == (0, [], {})
+    assert a.budget is not b.budget and a.budget.searches == 1
 
 
-def test_the_tool_schema_is_the_agents():
+@pytest.mark.parametrize("papers", [3, 5])
+def test_the_tool_schema_is_the_agents(papers):
     from transformers.utils import get_json_schema
 
+    prompts = Prompts(max_searches=2, papers_per_search=papers)
+    env = make_env(ScriptedTool(TABLE), prompts, 2)
+    assert get_json_schema(env.search_pubmed) == prompts.tool_schema()
+    assert type(env) is env_class(papers) and isinstance(env, SearchEnv)
+
+
+def test_trl_sees_exactly_one_tool_and_reset():
+    import inspect
+
     env, _, _ = make(budget=1)
-    assert get_json_schema(env.search_pubmed) == TOOL_SCHEMA
+    # GRPOTrainer offers every public function of the class (but reset and get_reward) as a tool
+    public = [n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction) if not n.startswith("_")]
+    assert public == ["reset", "search_pubmed"]

@@ -1,21 +1,37 @@
-"""Training sees what inference sees: TRL's tool loop over SearchEnv vs the LangGraph agent."""
+"""Training sees what inference sees: TRL's tool loop over SearchEnv vs the LangGraph agent, rendered to text.
+
+tests/test_search_budget.py compares the two adapters call by call (texts, ledgers, query logs); here whole
+episodes go through the tiny model's chat template, the text the model is trained on and generates from.
+"""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.llm.scripted import ScriptedChat
-from biocheck.agent.tools import TOOL_SCHEMA
+from biocheck.data.schema import ClaimRecord
 from biocheck.pubmed.search import SearchConfig, search_tool
-from biocheck.train.dataset import prompt_messages
-from biocheck.train.env import SearchEnv
+from biocheck.train.dataset import to_rows
+from biocheck.train.env import SearchEnv, make_env
 from tests.test_agent import REPORT, search
+
+CLAIM = "Vitamin D prevents fractures."
+
+
+def trl_tools(env: SearchEnv) -> dict:
+    """The tool dict GRPOTrainer builds per rollout: the env's public functions but reset/get_reward, by name."""
+    return {name: getattr(env, name) for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+            if name not in ("reset", "get_reward") and not name.startswith("_")}
 
 
 def trl_conversation(env: SearchEnv, prompt: list[dict], turns: list[dict], max_iterations: int) -> list[dict]:
-    """What GRPOTrainer._tool_call_loop builds: assistant turns, then {"role": "tool", "name", "content"}
-    from calling the environment's methods, for at most max_tool_calling_iterations rounds."""
+    """What GRPOTrainer._tool_call_loop (TRL 1.16) builds: assistant turns, then {"role": "tool", "name",
+    "content"} from calling the environment's methods, for at most max_tool_calling_iterations rounds.
+    A name that is not a tool, or a call that raises, reads TRL's own {"error": ...} text."""
+    tools = trl_tools(env)
     msgs = list(prompt)
     for i, turn in enumerate(turns):
         calls = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
@@ -24,8 +40,14 @@ def trl_conversation(env: SearchEnv, prompt: list[dict], turns: list[dict], max_
         if not calls or i == max_iterations:  # past the limit a call is parsed but not run: the completion ends
             break
         for c in calls:
-            msgs.append({"role": "tool", "name": c["function"]["name"],
-                         "content": str(getattr(env, c["function"]["name"])(**c["function"]["arguments"]))})
+            name = c["function"]["name"]
+            try:
+                if name not in tools:
+                    raise ValueError(f"Tool {name} not found.")
+                result = tools[name](**c["function"]["arguments"])
+            except Exception as e:  # noqa: BLE001 - TRL turns any failure into a tool message
+                result = {"error": str(e)}
+            msgs.append({"role": "tool", "name": name, "content": str(result)})
     return msgs
 
 
@@ -36,37 +58,60 @@ def tokenizer(tiny_model):
     return AutoTokenizer.from_pretrained(tiny_model)
 
 
-@pytest.mark.parametrize("n_searches, budget", [(2, 3), (4, 3)])
-def test_training_and_inference_render_the_same_text(evidence, tokenizer, n_searches, budget):
+def both(evidence, turns, budget: int, max_refusals: int = 1):
+    """The agent's episode and TRL's conversation over the same scripted turns, with the same tool and prompts."""
     cfg, _ = evidence
     tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store, max_results=2))
+    agent = Agent(ScriptedChat(turns), tool, AgentConfig(llm="scripted:x", max_searches=budget,
+                                                         max_refusals=max_refusals, abstract_chars=120))
+    ep = agent.run(CLAIM)
+    env = make_env(tool, agent.prompts, budget, abstract_chars=120)
+    row = to_rows([ClaimRecord(id="c1", dataset="scifact", split="train", claim=CLAIM, label="SUPPORTED")],
+                  agent.prompts)[0]
+    env.reset(**row)
+    assert row["prompt"] == ep.messages[:2]  # the dataset's prompt is the agent's opening
+    trl = trl_conversation(env, row["prompt"], turns, max_iterations=budget + max_refusals)
+    return agent, ep, env, trl
+
+
+@pytest.mark.parametrize("n_searches, budget", [(2, 3), (4, 3)])
+def test_training_and_inference_render_the_same_text(evidence, tokenizer, n_searches, budget):
     turns = [search(q) for q in ["vitamin D AND fracture*", "aspirin[ti]", "coffee", "statin*"][:n_searches]]
     turns.insert(1, {"tool_calls": [{"name": "search_pubmed", "arguments": {}}]})  # a call without a query
+    turns.insert(2, {"tool_calls": [{"name": "search_pubmed", "arguments": {"query": "coffee", "n": 9}}]})  # extra arg
     turns.append({"content": REPORT})
-    agent = Agent(ScriptedChat(turns), tool, AgentConfig(llm="scripted:x", max_searches=budget, max_refusals=1,
-                                                         abstract_chars=120))
-    ep = agent.run("Vitamin D prevents fractures.")
-    env = SearchEnv(tool, agent.prompts, budget, abstract_chars=120)
-    prompt = prompt_messages(agent.prompts, "Vitamin D prevents fractures.")
-    assert prompt == ep.messages[:2]
-    trl = trl_conversation(env, prompt, turns, max_iterations=budget + 1)  # max_searches + max_refusals
+    agent, ep, env, trl = both(evidence, turns, budget)
 
     def render(messages, tools):
         return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
 
-    # TRL renders the environment's bound methods as the tools; we render our schema.
-    assert render(ep.messages, [TOOL_SCHEMA]) == render(trl, [env.search_pubmed])
-    assert env.queries == [q.query for q in ep.queries] and set(env.ledger) == set(ep.ledger)
-    assert env.searches == ep.searches == min(n_searches + 1, budget)
+    # TRL renders the environment's bound methods as the tools; the agent renders the prompts' schema.
+    assert render(ep.messages, [agent.prompts.tool_schema()]) == render(trl, list(trl_tools(env).values()))
+    assert "up to two papers" in render(trl, list(trl_tools(env).values()))  # the tool returns 2, and says so
+    b = env.budget
+    assert b.queries == ep.queries and b.ledger == ep.ledger and b.errors == ep.tool_errors
+    assert b.searches == ep.searches == min(n_searches + 2, budget)
+
+
+@pytest.mark.xfail(strict=True, reason="TRL answers a call to an unknown tool itself ({'error': 'Tool google not "
+                                       "found.'}) and never hands it to the env, so it costs no search in training; "
+                                       "the agent's SearchBudget charges it and says 'Unknown tool ...'")
+def test_an_unknown_tool_reads_the_same_in_training_and_inference(evidence):
+    turns = [{"tool_calls": [{"name": "google", "arguments": {"query": "x"}}]}, search("coffee"), {"content": REPORT}]
+    _, ep, env, trl = both(evidence, turns, budget=1)
+    assert [m["content"] for m in trl if m["role"] == "tool"] == [m["content"] for m in ep.messages
+                                                                  if m["role"] == "tool"]
+    assert env.budget.searches == ep.searches
 
 
 def test_env_resets_between_rollouts(evidence):
     cfg, _ = evidence
     from biocheck.agent.prompts import Prompts
 
-    env = SearchEnv(search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store)), Prompts(max_searches=1), 1)
+    env = make_env(search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store)), Prompts(max_searches=1), 1)
     first = env.search_pubmed("coffee")
-    assert first.endswith(Prompts(max_searches=1).intervention()) and env.ledger
+    assert first.endswith(Prompts(max_searches=1).intervention()) and env.budget.ledger
     assert env.search_pubmed("coffee").startswith("Not run")
     env.reset(claim="x", label="SUPPORTED")
-    assert env.searches == 0 and env.ledger == {} and env.queries == [] and env.row["label"] == "SUPPORTED"
+    b = env.budget
+    assert b.searches == 0 and b.ledger == {} and b.queries == [] and env.row["label"] == "SUPPORTED"

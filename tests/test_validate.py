@@ -71,7 +71,8 @@ def test_gold_doc_missing_from_corpus_is_named(tmp_path):
     dev[1]["evidence"] = {"999": [{"sentences": [0], "label": "CONTRADICT"}]}
     result, _ = _validate(_prepared(write_raw(tmp_path / "raw", dev=dev), tmp_path), tmp_path)
     assert _failed(result) == [("scifact/references", "doc_id", "expect_column_values_to_be_in_set")]
-    assert "id 101 (gold) -> '999'" in result.summary()
+    assert "id 101 (gold, full/scifact.jsonl) -> '999'" in result.summary()
+    assert "id 101 (gold, scifact/test.jsonl) -> '999'" in result.summary()  # the working copy too
 
 
 def test_tampered_prepared_data_is_caught(prepared, tmp_path):
@@ -95,11 +96,11 @@ def test_working_split_overlap_and_foreign_rows_are_caught(prepared, tmp_path):
     train = [json.loads(x) for x in (prepared / "scifact" / "train.jsonl").read_text().splitlines()]
     _rewrite(prepared / "scifact" / "val.jsonl", lambda rows: rows.append(train[0]))  # same claim in val
     result, _ = _validate(prepared, tmp_path)
-    failed = _failed(result)
-    assert ("scifact/working", "id", "expect_column_values_to_be_unique") in failed
-    assert ("scifact/working", "split_id", "expect_column_values_to_be_in_set") in failed
+    assert _failed(result) == [("scifact/val.jsonl", "split", "expect_column_values_to_be_in_set"),
+                               ("scifact/working", "id", "expect_column_values_to_be_unique")]
     cid = train[0]["id"]
-    assert f"id {cid} -> {cid!r}" in result.summary() and f"id {cid} -> 'val:{cid}'" in result.summary()
+    assert f"id {cid} -> {cid!r}" in _summary_line(result, "scifact/working")
+    assert f"id {cid} -> 'train'" in _summary_line(result, "scifact/val.jsonl")
 
 
 def test_missing_required_column_is_reported(prepared, tmp_path):
@@ -151,7 +152,7 @@ def test_cited_doc_missing_from_corpus_is_named(tmp_path):
     dev[0]["cited_doc_ids"] = [104, 888]
     result, _ = _validate(_prepared(write_raw(tmp_path / "raw", dev=dev), tmp_path), tmp_path)
     assert _failed(result) == [("scifact/references", "doc_id", "expect_column_values_to_be_in_set")]
-    assert "id 100 (cited) -> '888'" in result.summary()
+    assert "id 100 (cited, full/scifact.jsonl) -> '888'" in result.summary()
 
 
 # --- claim tables ----------------------------------------------------------------------------------
@@ -201,25 +202,26 @@ def test_working_row_not_in_full_data_is_named(prepared, tmp_path):
                 "label": "NEI"}
     _rewrite(prepared / "healthfc" / "test.jsonl", lambda rows: rows.append(invented))
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("healthfc/working", "split_id", "expect_column_values_to_be_in_set")]
-    assert "id 9999 -> 'test:9999'" in result.summary()
+    assert _failed(result) == [("healthfc/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert "id 9999 -> 'not in full/healthfc.jsonl'" in result.summary()
 
 
 def test_working_split_in_wrong_file_is_caught(prepared, tmp_path):
-    # A val claim copied (only) into test.jsonl: ids stay unique, but (test, id) is not in the full data.
+    # A val claim moved into test.jsonl: ids stay unique; relabelled as test it still differs from full.
     val = [json.loads(x) for x in (prepared / "scifact" / "val.jsonl").read_text().splitlines()]
     _rewrite(prepared / "scifact" / "val.jsonl", lambda rows: rows.pop(0))
-    _rewrite(prepared / "scifact" / "test.jsonl", lambda rows: rows.append(val[0]))
+    _rewrite(prepared / "scifact" / "test.jsonl", lambda rows: rows.append({**val[0], "split": "test"}))
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("scifact/working", "split_id", "expect_column_values_to_be_in_set")]
-    assert f"id {val[0]['id']} -> 'test:{val[0]['id']}'" in result.summary()
+    assert _failed(result) == [("scifact/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert f"id {val[0]['id']} -> \"split 'test', full/scifact.jsonl has 'val'\"" in result.summary()
 
 
 def test_working_rows_get_the_claim_rules_too(prepared, tmp_path):
     _rewrite(prepared / "scifact" / "train.jsonl", lambda rows: rows[0].update(label="MAYBE"))
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("scifact/working", "label", "expect_column_values_to_be_in_set")]
-    assert "'MAYBE'" in result.summary()
+    assert _failed(result) == [("scifact/train.jsonl", "label", "expect_column_values_to_be_in_set"),
+                               ("scifact/train.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert "'MAYBE'" in _summary_line(result, "scifact/train.jsonl, column 'label'")
 
 
 # --- the official release sizes, on a synthetic release of exactly that size ----------------------
@@ -285,3 +287,141 @@ def test_claims_without_an_id_column_are_reported_not_a_crash(prepared, tmp_path
     assert "1 of 7 rows, e.g. 'MAYBE'" in _summary_line(result, "healthfc/full, column 'label'")
     assert not {t for t, _, _ in failed} - {"healthfc/full", "healthfc/working"}
     assert capfd.readouterr().err == ""  # no progress bars over our own output
+
+
+# --- working splits checked against the full data, the corpus and the prepare config ---------------
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _line_with(result, *parts: str) -> str:
+    """The one summary line that holds every part (the file, the record and the value)."""
+    lines = [line for line in result.summary().splitlines() if all(p in line for p in parts)]
+    assert len(lines) == 1, result.summary()
+    return lines[0]
+
+
+@pytest.mark.parametrize("deleted", [["scifact/test.jsonl"], ["healthfc/test.jsonl"],
+                                     ["scifact/train.jsonl", "scifact/val.jsonl", "scifact/test.jsonl",
+                                      "healthfc/test.jsonl"]], ids=["scifact-test", "healthfc-test", "all"])
+def test_a_deleted_working_split_fails_naming_the_file_and_the_fix(prepared, tmp_path, deleted):
+    for rel in deleted:
+        (prepared / rel).unlink()
+    result, cfg = _validate(prepared, tmp_path)
+    assert not result.success
+    assert sorted(t for t, _, r in _failed(result) if r == "expect_file_to_exist") == sorted(deleted)
+    for rel in deleted:
+        line = _line_with(result, f"  - {rel}: expect_file_to_exist")
+        assert "missing" in line and "dvc repro -f -s prepare" in line and "biocheck data prepare" in line
+    assert json.loads(cfg.report_path.read_text())["success"] is False  # the report lists it too
+
+
+def test_every_working_split_prepare_writes_is_required(prepared, tmp_path):
+    from biocheck.data.schema import DATASET_SPLITS
+
+    written = sorted(str(p.relative_to(prepared)) for p in prepared.glob("*/*.jsonl") if p.parent.name != "full")
+    assert written == sorted(f"{ds}/{s}.jsonl" for ds, splits in DATASET_SPLITS.items() for s in splits)
+    result, _ = _validate(prepared, tmp_path)
+    required = sorted(c["table"] for c in result.checks if c["rule"] == "expect_file_to_exist")
+    assert required == written
+
+
+@pytest.mark.parametrize("dataset, index, field, value, shown", [
+    ("scifact", 0, "label", "REFUTED", "label 'REFUTED', full/scifact.jsonl has 'SUPPORTED'"),
+    ("healthfc", 2, "claim", "Does homeopathy cure everything?", "claim 'Does homeopathy cure everything?', "
+                                                                  "full/h..."),
+])
+def test_a_working_record_that_differs_from_the_full_data_is_named(prepared, tmp_path, dataset, index, field,
+                                                                   value, shown):
+    path = prepared / dataset / "test.jsonl"
+    rid = _rows(path)[index]["id"]
+    _rewrite(path, lambda rows: rows[index].update({field: value}))
+    result, _ = _validate(prepared, tmp_path)
+    assert _failed(result) == [(f"{dataset}/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert f"id {rid} -> {shown!r}" in _line_with(result, f"{dataset}/test.jsonl")
+
+
+def test_a_working_record_missing_from_the_full_data_is_named(prepared, tmp_path):
+    _rewrite(prepared / "full" / "healthfc.jsonl", lambda rows: rows.pop(3))  # row-count check is off here
+    result, _ = _validate(prepared, tmp_path)
+    assert _failed(result) == [("healthfc/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert "id 3 -> 'not in full/healthfc.jsonl'" in _line_with(result, "healthfc/test.jsonl")
+
+
+def test_a_record_of_another_split_in_a_split_file_is_named(prepared, tmp_path):
+    _rewrite(prepared / "scifact" / "test.jsonl", lambda rows: rows[1].update(split="train"))  # id 101
+    result, _ = _validate(prepared, tmp_path)
+    failed = _failed(result)
+    assert ("scifact/test.jsonl", "split", "expect_column_values_to_be_in_set") in failed
+    assert "id 101 -> 'train'" in _line_with(result, "scifact/test.jsonl, column 'split'", "value_set=['test']")
+
+
+def test_an_evidence_doc_missing_from_the_corpus_in_a_working_file_is_named(prepared, tmp_path):
+    _rewrite(prepared / "scifact" / "test.jsonl", lambda rows: rows[0]["evidence"][0].update(doc_id="999"))
+    result, _ = _validate(prepared, tmp_path)
+    failed = _failed(result)
+    assert ("scifact/references", "doc_id", "expect_column_values_to_be_in_set") in failed
+    assert "id 100 (gold, scifact/test.jsonl) -> '999'" in _line_with(result, "scifact/references, column 'doc_id'")
+    assert ("scifact/test.jsonl", "differs_from_full", "expect_column_values_to_be_null") in failed
+
+
+def test_a_malformed_evidence_entry_is_named_field_by_field(prepared, tmp_path):
+    bad = {"doc_id": None, "sentences": "x", "label": "ZZZ"}
+    _rewrite(prepared / "full" / "scifact.jsonl", lambda rows: rows[0]["evidence"].append(bad))
+    result, _ = _validate(prepared, tmp_path)
+    failed = _failed(result)
+    assert ("scifact/references", "doc_id", "expect_column_values_to_not_be_null") in failed
+    assert ("scifact/evidence", "label", "expect_column_values_to_be_in_set") in failed
+    assert ("scifact/evidence", "bad_sentences", "expect_column_values_to_be_null") in failed
+    assert "id 0 (gold, full/scifact.jsonl) -> None" in _line_with(result, "scifact/references, column 'doc_id'")
+    assert "id 0 (gold, full/scifact.jsonl) -> 'ZZZ'" in _line_with(result, "scifact/evidence, column 'label'")
+    assert "-> \"'x' is not a list of sentence numbers\"" in _line_with(result, "column 'bad_sentences'")
+
+
+def test_a_gold_sentence_past_the_end_of_the_abstract_is_named(prepared, tmp_path):
+    # doc 101 has 2 sentences (0 and 1)
+    _rewrite(prepared / "full" / "scifact.jsonl", lambda rows: rows[0]["evidence"][0].update(sentences=[1, 2]))
+    result, _ = _validate(prepared, tmp_path)
+    assert _failed(result) == [("scifact/evidence", "bad_sentences", "expect_column_values_to_be_null")]
+    assert "id 0 (gold, full/scifact.jsonl) -> 'sentence 2 of doc 101, which has 2'" in _line_with(
+        result, "scifact/evidence")
+
+
+def test_labels_the_prepare_config_dropped_from_a_split_fail_there(raw_dir, tmp_path):
+    out = tmp_path / "prepared"
+    prepare(PrepareConfig(raw_dir=raw_dir, out_dir=out, metrics_path=None))  # default: train keeps S/R only
+    nei = next(r for r in _rows(out / "full" / "scifact.jsonl") if r["split"] == "train" and r["label"] == "NEI")
+    _rewrite(out / "scifact" / "train.jsonl", lambda rows: rows.append(nei))  # a true copy of a full record
+    result, _ = _validate(out, tmp_path)
+    assert _failed(result) == [("scifact/train.jsonl", "label", "expect_column_values_to_be_in_set")]
+    line = _line_with(result, "scifact/train.jsonl, column 'label'")
+    assert "value_set=['SUPPORTED', 'REFUTED']" in line and f"id {nei['id']} -> 'NEI'" in line
+
+
+def test_without_a_manifest_every_label_is_allowed_in_every_split(raw_dir, tmp_path):
+    out = tmp_path / "prepared"
+    prepare(PrepareConfig(raw_dir=raw_dir, out_dir=out, metrics_path=None))
+    nei = next(r for r in _rows(out / "full" / "scifact.jsonl") if r["split"] == "train" and r["label"] == "NEI")
+    _rewrite(out / "scifact" / "train.jsonl", lambda rows: rows.append(nei))
+    (out / "manifest.json").unlink()
+    result, _ = _validate(out, tmp_path)
+    assert result.success, result.summary()
+
+
+def test_the_cli_exits_1_naming_a_deleted_split(prepared, tmp_path, monkeypatch):
+    import yaml
+    from typer.testing import CliRunner
+
+    from biocheck.cli import app
+    from tests.conftest import REPO
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["data"]["out_dir"] = str(prepared)
+    params["validate"]["expected_rows"] = {}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    (prepared / "scifact" / "test.jsonl").unlink()
+    r = CliRunner().invoke(app, ["data", "validate", "--report", str(tmp_path / "v.json")])
+    assert r.exit_code == 1, r.output
+    assert "scifact/test.jsonl: expect_file_to_exist" in r.output and "passed" not in r.output

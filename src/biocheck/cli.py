@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from biocheck import __version__
 from biocheck.params import load_params, plain
+from biocheck.secrets import redact, redact_logs
 
 app = typer.Typer(
     help="BioCheck: fact-check biomedical claims with an LLM search agent trained by EG-GRPO.\n\n"
@@ -45,7 +46,8 @@ ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one 
 
 
 def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    # Error texts can quote what a server sent back, keys included: blank them on the way out.
+    err.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -54,11 +56,14 @@ def _run(fn, *args, **kwargs):
     from biocheck.agent.llm.base import LLMError
     from biocheck.data.fetch import FetchError
     from biocheck.io import InputError
+    from biocheck.pubmed.store import StoreError
     from biocheck.pubmed.types import SearchError
+    from biocheck.rewards.judge.base import JudgeError
+    from biocheck.rewards.judge.cache import JudgeCacheError
 
     try:
         return fn(*args, **kwargs)
-    except (InputError, FetchError, SearchError, LLMError) as e:
+    except (InputError, FetchError, SearchError, LLMError, JudgeError, JudgeCacheError, StoreError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
         _fail("interrupted; no partial output was kept.", code=130)
@@ -75,6 +80,8 @@ def main(
     # unless --verbose.
     handler.addFilter(lambda r: verbose or r.name.startswith("biocheck") or r.levelno >= logging.WARNING)
     logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]", handlers=[handler])
+    # Whichever handlers are live (ours, or a host's when embedded), no log line may carry a secret.
+    redact_logs([handler, *logging.getLogger().handlers])
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 
@@ -256,7 +263,7 @@ def search(
     if (query is None) == (batch is None):
         _fail("give either a QUERY or --batch FILE (see `biocheck search --help`).", code=2)
     overrides = {"backend": backend, "mode": mode, "max_results": n}
-    cfg = _run(search_config, _run(params_of, params), **overrides)
+    cfg = _run(search_config, _run(params_of, params), options={"max_results": "-n"}, **overrides)
     tool = _run(make_search_tool, cfg)
     if batch is not None:
         try:
@@ -308,7 +315,9 @@ def model_init(
 def check(
     claim: Annotated[str | None, typer.Argument(help="The claim to fact-check (or use --claims).")] = None,
     llm: Annotated[str | None, typer.Option(
-        help="Model spec: transformers:<id|path>, openai:<model>, vllm:<model>, scripted:<file> [default: agent.llm].")] = None,
+        help="Model spec: transformers:<id|path>, openai:<model>, vllm:<model>, scripted:<file> [default: the "
+             "selected checkpoint (select.out_dir) when there is one and agent.llm is the base model, else "
+             "agent.llm].")] = None,
     search_backend: Annotated[str | None, typer.Option(
         "--search", help="local | entrez | replay [default: search.backend].")] = None,
     max_searches: Annotated[int | None, typer.Option(help="Search budget [default: agent.max_searches].")] = None,
@@ -327,50 +336,80 @@ def check(
     backend, and writes a report: supporting and refuting evidence (PMID, verbatim quote, context),
     a summary and a conclusion (SUPPORTED, REFUTED or NOT ENOUGH INFORMATION). --trace saves the
     episode (messages, tool calls, results, ledger of retrieved papers, raw final text, parsed report,
-    parse problems, model and prompt hashes).
+    parse problems, model and prompt hashes). The model used is said on stderr and named in the report.
+    If the model fails (server unreachable, prompt longer than its context) the command says so and
+    exits 1.
 
-    Batch: --claims FILE.jsonl --out DIR writes DIR/<claim id>.json per claim (finished claims are
-    skipped on a rerun) and DIR/summary.json, with a progress bar and --workers episodes in parallel.
+    Batch: --claims FILE.jsonl --out DIR writes one trace per claim into DIR (named after the claim id)
+    and DIR/summary.json, with a progress bar and --workers episodes in parallel. A rerun reuses a
+    trace only when the claim, model, prompts and agent/search settings are unchanged, and reruns the
+    rest. Claims whose model failed are listed under "failed" in summary.json (exit code 1).
     """
-    from biocheck.agent.run import read_claims, run_batch, write_trace
+    from biocheck.agent.run import choose_llm, describe_model, episode_error, read_claims, run_batch, write_trace
+    from biocheck.params import raw_section
     from biocheck.pipeline import agent as make_agent
+    from biocheck.pipeline import params_of, select_config
 
     if (claim is None) == (claims is None):
         _fail("give either a CLAIM or --claims FILE.jsonl --out DIR (see `biocheck check --help`).", code=2)
+    if claim is not None and not claim.strip():
+        _fail('the claim is empty: give the claim to check, e.g. biocheck check "Vitamin D prevents fractures."',
+              code=2)
     if claims is not None and out is None:
         _fail("--claims needs --out DIR for the traces.", code=2)
     if fmt not in ("md", "html", "json"):
         _fail(f"--format must be md, html or json, not {fmt!r}.", code=2)
-    agent, agent_cfg, search_cfg = _run(make_agent, params, search={"backend": search_backend}, llm=llm,
+    # Refuse unusable outputs and inputs before the model loads and any episode runs.
+    if out is not None and out.exists() and not out.is_dir():
+        _fail(f"--out {out}: is a file; give a folder for the traces (it is created when missing).", code=2)
+    if trace is not None and trace.is_dir():
+        _fail(f"--trace {trace}: is a folder; give a file name, e.g. --trace {trace / 'trace.json'}.", code=2)
+    todo = _run(read_claims, claims) if claims is not None else None
+    p = _run(params_of, params)
+    spec, source = choose_llm(llm, _run(raw_section, p, "agent").get("llm"), _run(select_config, p).out_dir)
+    agent, agent_cfg, search_cfg = _run(make_agent, p, search={"backend": search_backend}, llm=spec,
                                         max_searches=max_searches, workers=workers)
-    meta = {"llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash,
-            "search": search_cfg.backend}
+    model = describe_model(agent.llm.spec, agent.llm_fingerprint)
+    err.print(f"model: {model}, from {source}", markup=False, highlight=False, soft_wrap=True)
+    meta = {"model": model, "llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint,
+            "prompt_hash": agent.prompts_hash, "search": search_cfg.backend}
     with _maybe_mlflow(mlflow_log, "check", {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta}):
-        if claims is not None:
-            summary = run_batch(agent, _run(read_claims, claims), out, workers=agent_cfg.workers,
-                                progress=sys.stderr.isatty())
+        if todo is not None:
+            summary = _run(run_batch, agent, todo, out, workers=agent_cfg.workers, progress=sys.stderr.isatty(),
+                           search=plain(search_cfg))
             _log_metrics(mlflow_log, summary, artifacts=out)
             err.print(json.dumps(summary, indent=2), markup=False, highlight=False)
+            if summary["failed"]:
+                first = summary["failed"][0]
+                _fail(f"{len(summary['failed'])} of {len(todo)} claims failed (listed under 'failed' in "
+                      f"{out / 'summary.json'}; rerun to retry them); first: {first['id']}: {first['error']}")
             return
-        episode = agent.run(claim)
+        episode = _run(agent.run, claim)
+        error = episode_error(episode)
+        if error is not None:  # an empty report with exit 0 would read as "the model found nothing"
+            _fail(f"the model failed: {error}")
         if trace:
-            write_trace(episode, trace)
+            _run(write_trace, episode, trace)
         _log_metrics(mlflow_log, {"searches": episode.searches, "parse_problems": len(episode.parse_problems)},
                      artifacts=trace)
     typer.echo(_render(episode, fmt, meta))
 
 
 def _render(episode, fmt: str, meta: dict) -> str:
+    """The report in `fmt`; each format names the model (meta["model"]) that wrote it."""
     from biocheck.report.render import render_html, render_json, render_markdown
     from biocheck.report.schema import ParsedReport
     from biocheck.report.writer import format_report
 
     parsed = ParsedReport(report=episode.report, problems=episode.parse_problems)
     if fmt == "json":
-        return render_json(parsed)
+        return render_json(parsed, meta=meta)
     if fmt == "html":
         return render_html(episode.report, episode.ledger, episode.claim, problems=episode.parse_problems, meta=meta)
     text = render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim)
+    head = f"# BioCheck report\n\n**Claim:** {episode.claim}\n"
+    if meta.get("model") and text.startswith(head):
+        text = f"{head}\n**Model:** {meta['model']}\n{text[len(head):]}"
     if episode.parse_problems:
         text += "\n\n> Parse problems: " + "; ".join(episode.parse_problems)
     return text if text.strip() else format_report(episode.report)
@@ -387,16 +426,11 @@ def _maybe_mlflow(enabled: bool, stage: str, params: dict):
 def _log_metrics(enabled: bool, metrics: dict, artifacts: Path | None = None) -> None:
     if not enabled:
         return
-    import mlflow
-
     from biocheck import tracking
 
     tracking.log_metrics({k: v for k, v in metrics.items() if not isinstance(v, dict)})
-    if artifacts is not None and artifacts.exists() and mlflow.active_run() is not None:
-        if artifacts.is_dir():
-            mlflow.log_artifacts(str(artifacts), artifact_path="traces")
-        else:
-            mlflow.log_artifact(str(artifacts), artifact_path="traces")
+    if artifacts is not None:
+        tracking.log_artifacts(artifacts, artifact_path="traces")  # secrets blanked from the copies
 
 
 # --- rewards ---------------------------------------------------------------------------------------
@@ -426,6 +460,8 @@ def score(
 
     if (trace_file is None) == (traces is None):
         _fail("give either a TRACE file or --traces DIR (see `biocheck score --help`).", code=2)
+    if out is not None and out.is_dir():  # say so before scoring, not after
+        _fail(f"--out {out}: is a folder; give a file name, e.g. --out {out / 'scores.json'}.", code=2)
     cfg, judge_cfg = _run(reward_config, _run(params_of, params), judge=judge, variant=variant)
     if gold is not None and gold not in Label.__members__:
         _fail(f"--gold must be one of {', '.join(Label.__members__)}, not {gold!r}.", code=2)
@@ -435,7 +471,10 @@ def score(
         if out:
             from biocheck.io import write_json_atomic
 
-            write_json_atomic(out, result)
+            try:
+                write_json_atomic(out, result)
+            except OSError as e:
+                _fail(f"--out {out}: cannot write the scores ({e.strerror or e}).")
         typer.echo(json.dumps(result, indent=2, default=str))
         return
     b = _run(score_trace, trace_file, cfg, j, gold=Label(gold) if gold else None)

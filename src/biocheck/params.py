@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,11 +77,12 @@ def raw_section(params: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def section(params: dict[str, Any], name: str, cls: type[T], values: dict[str, Any] | None = None,
-            **overrides: Any) -> T:
+            options: Mapping[str, str] | None = None, **overrides: Any) -> T:
     """Build `cls` from params[name] (or `values`); unknown keys are an error naming the key and the choices.
 
     `overrides` are command-line options: they win over the file, and an error they cause names the
-    option, not the file.
+    option ("-n 0: ..."), not the file. `options` maps a field to its option when the option is not
+    called `--field-name` (e.g. {"max_results": "-n"}).
     """
     values = raw_section(params, name) if values is None else dict(values)
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -90,19 +92,32 @@ def section(params: dict[str, Any], name: str, cls: type[T], values: dict[str, A
                          f"'{name}' accepts {sorted(fields)}.")
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        check_types(cls, values)
-        check_types(cls, given)
-        return cls(**{**values, **given})
+        return _build(cls, {**values, **given})
     except (TypeError, ValueError) as e:
-        if given:
-            try:  # was it the file or the command line?
-                check_types(cls, values)
-                cls(**values)
-            except (TypeError, ValueError):
-                pass
-            else:
-                raise InputError(f"command-line option: {e}") from None
+        if given and _builds(cls, values):  # the file alone is fine: a command-line option broke it
+            culprits = [k for k in given if not _builds(cls, {**values, k: given[k]})] or list(given)
+            said = ", ".join(f"{(options or {}).get(k) or '--' + k.replace('_', '-')} {_shown(given[k])}"
+                             for k in culprits)
+            raise InputError(f"{said}: {e}") from None
         raise InputError(f"{source(params)}, section '{name}': {e}") from None
+
+
+def _build(cls: type[T], values: dict[str, Any]) -> T:
+    check_types(cls, values)
+    return cls(**values)
+
+
+def _builds(cls: type, values: dict[str, Any]) -> bool:
+    try:
+        _build(cls, values)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _shown(value: Any) -> str:
+    """An option's value as it was typed."""
+    return " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
 def check_types(cls: type, values: dict[str, Any]) -> None:
@@ -114,10 +129,11 @@ def check_types(cls: type, values: dict[str, Any]) -> None:
         if allowed is None or (value is None and type(None) in allowed):
             continue
         if not _fits(value, allowed):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-            raise ValueError(f"{key}: {value!r} is not a {names}")
+            raise ValueError(f"{key} must be {' or '.join(_NAMES[t] for t in allowed)}, not {value!r}")
 
 
+_NAMES = {int: "an int", float: "a number", bool: "true or false", str: "a string", Path: "a path",
+          type(None): "null"}
 _SIMPLE = (int, float, bool, str, Path)
 
 

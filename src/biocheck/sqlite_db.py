@@ -4,6 +4,10 @@ WAL mode (readers never block the writer), `busy_timeout`, one connection per th
 connections must not cross threads; a forked child opens its own), every write one
 `BEGIN IMMEDIATE` transaction (the write lock up front, so no deadlocking lock upgrade; all or
 nothing), and "database is locked/busy" retried with jittered backoff until `lock_timeout`.
+
+A file that is not an SQLite database, or a damaged one (cut short, overwritten), raises
+`error` with one line saying which file and what to do (`damaged_hint`), whenever SQLite notices:
+when opening, or on the first read of a damaged page.
 """
 
 from __future__ import annotations
@@ -20,9 +24,21 @@ from typing import Self, TypeVar
 T = TypeVar("T")
 
 
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
 def is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
+
+
+def is_damaged(exc: sqlite3.DatabaseError) -> bool:
+    """Not a database, or a damaged one; "no such table" means some other program's database."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return True
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text or "no such table" in text
 
 
 class SQLiteDB:
@@ -32,10 +48,14 @@ class SQLiteDB:
     error: type[Exception] = RuntimeError
     schema = ""
     schema_version = 1
+    damaged_hint = "move it aside; a new one is created on the next run"
 
     def __init__(self, path: Path, busy_timeout: float = 30.0, lock_timeout: float = 120.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self.error(f"{self.label} {self.path}: cannot create its folder ({exc.strerror or exc})") from None
         self.busy_timeout = busy_timeout
         self.lock_timeout = lock_timeout  # total time an operation may keep retrying on "busy"
         self._local = threading.local()
@@ -49,10 +69,21 @@ class SQLiteDB:
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; we BEGIN/COMMIT explicitly.
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a crash loses no committed write
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a crash loses no committed write
+        except sqlite3.DatabaseError as exc:
+            raise self._failure("open", exc) from None
         return conn
+
+    def _failure(self, what: str, exc: sqlite3.DatabaseError) -> Exception:
+        """One line for the user: which file, what went wrong, and what to do about a damaged one."""
+        if is_damaged(exc):
+            return self.error(f"{self.label} {self.path} is damaged or not an SQLite database ({exc}); "
+                              f"{self.damaged_hint}")
+        return self.error(f"{self.label} {self.path}: could not {what}: {exc}")
 
     def _conn(self) -> sqlite3.Connection:
         if self._closed:
@@ -111,9 +142,10 @@ class SQLiteDB:
         while True:
             try:
                 return fn()
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc) or time.monotonic() > deadline:
-                    raise self.error(f"{self.label} {self.path}: could not {what}: {exc}") from exc
+            except sqlite3.DatabaseError as exc:  # OperationalError (busy, locked ...) is one of these
+                busy = isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
+                if not busy or time.monotonic() > deadline:
+                    raise self._failure(what, exc) from None
             time.sleep(pause * random.uniform(0.5, 1.5))
             pause = min(pause * 2, 0.5)
 

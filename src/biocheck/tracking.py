@@ -1,8 +1,9 @@
 """MLflow tracking with a SQLite backend at the repo root (`mlflow ui` shows every run).
 
 `MLFLOW_TRACKING_URI` overrides the location; `BIOCHECK_TRACKING=off` disables tracking (e.g. for
-quick local experiments). Only parameters and numbers are logged: never environment variables,
-so secrets (NCBI_API_KEY, OPENAI_API_KEY, ...) cannot reach MLflow.
+quick local experiments). Environment variables are never logged, and every text that is (param
+values, tags, metric names, artifact files) has the environment's secrets (NCBI_API_KEY,
+OPENAI_API_KEY, ...) blanked first: an error text can quote a key a server echoed back.
 """
 
 from __future__ import annotations
@@ -11,9 +12,13 @@ import contextlib
 import logging
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from biocheck.secrets import contains_secret, redact, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +45,7 @@ def enabled() -> bool:
 
 def _mlflow_key(key: str) -> str:
     """MLflow names allow letters, digits and `_-. :/`; anything else (e.g. "train+val") becomes `_`."""
-    return re.sub(r"[^\w\-. :/]", "_", key)
+    return re.sub(r"[^\w\-. :/]", "_", redact(key))
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
@@ -65,9 +70,10 @@ def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, 
 
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_experiment(EXPERIMENT)
-    with mlflow.start_run(run_name=stage, tags={"stage": stage, **(tags or {})}) as active:
-        if params:
-            mlflow.log_params({_mlflow_key(k): str(v)[:500] for k, v in flatten(params).items()})
+    tags = {k: redact(v) for k, v in {"stage": stage, **(tags or {})}.items()}
+    with mlflow.start_run(run_name=stage, tags=tags) as active:
+        if params:  # redact before the cut: half a key would no longer match
+            mlflow.log_params({_mlflow_key(k): redact(v)[:500] for k, v in flatten(params).items()})
         yield active
 
 
@@ -82,3 +88,49 @@ def log_metrics(metrics: Mapping[str, Any], prefix: str = "") -> None:
     flat = {_mlflow_key(k): float(v) for k, v in flatten(metrics, prefix).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
     mlflow.log_metrics(flat)
+
+
+def log_artifacts(path: Path | str, artifact_path: str | None = None) -> None:
+    """Log a file or a folder as run artifacts, secrets blanked from text files; a binary file holding a
+    secret is left out with a warning (no-op outside a run or when tracking is off)."""
+    if not enabled():
+        return
+    import mlflow
+
+    path = Path(path)
+    if mlflow.active_run() is None or not path.exists():
+        return
+    with tempfile.TemporaryDirectory(prefix="biocheck-artifacts-") as tmp:
+        clean = Path(tmp) / path.name
+        if path.is_dir():
+            clean.mkdir()
+            for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                _copy_redacted(f, clean / f.relative_to(path))
+            mlflow.log_artifacts(str(clean), artifact_path=artifact_path)
+        elif _copy_redacted(path, clean):
+            mlflow.log_artifact(str(clean), artifact_path=artifact_path)
+
+
+def log_text(text: str, artifact_file: str) -> None:
+    """`mlflow.log_text` with the secrets blanked (no-op outside a run or when tracking is off)."""
+    if not enabled():
+        return
+    import mlflow
+
+    if mlflow.active_run() is not None:
+        mlflow.log_text(redact(text), artifact_file)
+
+
+def _copy_redacted(src: Path, dest: Path) -> bool:
+    """Copy `src` to `dest` with secrets blanked; False (nothing copied) for a binary file holding one."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    data = src.read_bytes()
+    if not secret_values() or not contains_secret(data):
+        shutil.copyfile(src, dest)
+        return True
+    try:
+        dest.write_text(redact(data.decode("utf-8")), encoding="utf-8")
+    except UnicodeDecodeError:
+        log.warning("not logged to MLflow: %s holds a secret from the environment and is not text", src)
+        return False
+    return True

@@ -41,6 +41,8 @@ class SearchBudget:
 
     def __init__(self, tool, prompts: Prompts, max_searches: int, abstract_chars: int | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
+        if prompts.max_searches != max_searches:  # the texts would state another budget than the one enforced
+            raise ValueError(f"the prompts state {prompts.max_searches} searches, the budget is {max_searches}")
         self.tool, self.prompts = tool, prompts
         self.max_searches, self.abstract_chars = max_searches, abstract_chars
         self._clock = clock
@@ -48,7 +50,7 @@ class SearchBudget:
         self.refused = 0  # calls refused after the budget was spent
         self.queries: list[QueryRecord] = []  # searches that ran, in order
         self.ledger: dict[str, Article] = {}  # every paper retrieved, by PMID (first retrieval wins)
-        self.errors: list[str] = []  # search errors and malformed calls, as the model read them
+        self.errors: list[str] = []  # search errors (the backend's text) and malformed-call texts
         self.search_seconds = 0.0
 
     @property

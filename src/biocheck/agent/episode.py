@@ -8,6 +8,7 @@ text, the parsed report and its parse problems, and the model and prompt fingerp
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -41,6 +42,18 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if self.max_searches < 0 or self.max_refusals < 0:
             raise ValueError("agent.max_searches and agent.max_refusals must be >= 0")
+        # Nonsense here would not fail: it would silently cut every abstract or never generate a word.
+        if self.abstract_chars is not None and self.abstract_chars < 1:
+            raise ValueError(f"agent.abstract_chars must be >= 1 (or null for the whole abstract), "
+                             f"not {self.abstract_chars}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"agent.max_new_tokens must be >= 1, not {self.max_new_tokens}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"agent.temperature must be >= 0 (0 = greedy), not {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"agent.top_p must be in (0, 1], not {self.top_p}")
+        if self.workers < 1:
+            raise ValueError(f"agent.workers must be >= 1, not {self.workers}")
 
 
 class Episode(BaseModel):
@@ -65,6 +78,7 @@ class Episode(BaseModel):
     prompt_hash: str = ""
     search_backend: str = ""
     config: dict[str, Any] = Field(default_factory=dict)
+    run_key: dict[str, Any] = Field(default_factory=dict)  # what produced this trace (a batch rerun compares it)
     timing: dict[str, float] = Field(default_factory=dict)
     started_at: str = ""
     biocheck_version: str = __version__

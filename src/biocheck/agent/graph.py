@@ -44,7 +44,8 @@ def tool_messages(budget: SearchBudget, message: dict[str, Any]) -> list[dict[st
     """One tool message per tool call of an assistant message, in order."""
     out = []
     for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
+        call = call if isinstance(call, dict) else {}
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
         name = fn.get("name")
         text = budget.call(name, fn.get("arguments"))
         out.append({"role": "tool", "tool_call_id": call.get("id", ""), "name": name if isinstance(name, str) else "",

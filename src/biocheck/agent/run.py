@@ -1,40 +1,61 @@
-"""Run the agent on a batch of claims: traces per claim, resumable, and a summary (`biocheck check --claims`).
+"""Run the agent from the command line: which model, one trace per claim, resumable batches and a summary.
 
-The agent itself is built from params by `biocheck.pipeline.agent`."""
+The agent itself is built from params by `biocheck.pipeline.agent`. A batch (`biocheck check --claims`)
+writes one trace per claim as it finishes; each trace carries the key of what produced it (`run_key`),
+so a rerun reuses exactly the traces that the same claim, model, prompts and settings would produce again.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from biocheck.agent.episode import Agent, Episode
-from biocheck.io import InputError, read_jsonl, write_text_atomic
+from biocheck.agent.episode import Agent, AgentConfig, Episode
+from biocheck.agent.llm.base import LLMError
+from biocheck.io import InputError, parse_jsonl, write_text_atomic
+from biocheck.labels import LABELS
+from biocheck.pubmed.types import SearchError
 
 log = logging.getLogger(__name__)
 
+SUMMARY = "summary.json"
+RESERVED = frozenset({"summary", "metrics", "scores"})  # files written beside the traces (biocheck score skips them)
+MAX_SLUG = 80  # file names stay far below the usual 255-byte limit
+HASH_CHARS = 10
+_HASHED = re.compile(rf".*-[0-9a-f]{{{HASH_CHARS}}}")
+LLM_ERROR = "llm_error"  # the graph's stop_reason prefix when the model could not answer
+NOT_IN_KEY = {"agent": ("workers",), "search": ("timeout_s", "max_attempts")}  # how, not what: no effect on a trace
+EXAMPLE = '{"claim": "Vitamin D prevents fractures.", "id": "c1"}'
 
-def read_claims(path: Path) -> list[dict[str, Any]]:
-    """Claims for a batch: prepared records (id, claim, label, dataset) or just {"claim": ...} per line."""
-    rows = read_jsonl(path)
-    claims = []
-    for i, row in enumerate(rows, start=1):
-        claim = row.get("claim")
-        if not isinstance(claim, str) or not claim.strip():
-            raise InputError(f"{path}, record {i}: needs a non-empty 'claim' string.")
-        claims.append(
-            {
-                "claim": claim,
-                "claim_id": str(row.get("id", i)),
-                "dataset": row.get("dataset"),
-                "gold_label": row.get("label"),
-            }
-        )
+# --- claims --------------------------------------------------------------------------------------------------
+
+
+def read_claims(path: Path | str) -> list[dict[str, Any]]:
+    """Claims for a batch: prepared records (id, claim, label, dataset) or just {"claim": ...} per line.
+
+    Every record is checked here, before any episode runs, so a bad record never aborts a batch half way.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; --claims wants a JSONL file with one claim per line, e.g. {EXAMPLE}.")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such claims file.") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the claims file ({e.strerror or e}).") from None
+    if not data.strip():
+        raise InputError(f"{path}: no claims in the file; write one JSON object per line, e.g. {EXAMPLE}.")
+    claims = [_claim(row, i, path) for i, row in enumerate(parse_jsonl(data, str(path)), start=1)]
     ids = Counter(c["claim_id"] for c in claims)
     dup = [k for k, n in ids.items() if n > 1]
     if dup:
@@ -42,13 +63,94 @@ def read_claims(path: Path) -> list[dict[str, Any]]:
     return claims
 
 
+def _claim(row: dict[str, Any], i: int, path: Path) -> dict[str, Any]:
+    where = f"{path}, record {i}"
+    claim, cid, label, dataset = row.get("claim"), row.get("id"), row.get("label"), row.get("dataset")
+    if not isinstance(claim, str) or not claim.strip():
+        raise InputError(f"{where}: needs a non-empty 'claim' string.")
+    if cid is not None and (isinstance(cid, bool) or not isinstance(cid, (str, int))):
+        raise InputError(f"{where}: 'id' must be a string or an integer, not {type(cid).__name__} {cid!r:.40}.")
+    if isinstance(cid, str) and not cid.strip():
+        raise InputError(f"{where}: 'id' must not be empty.")
+    if label is not None and label not in LABELS:
+        raise InputError(f"{where}: unknown label {label!r:.40}; use one of {', '.join(LABELS)} (or leave it out).")
+    if dataset is not None and not isinstance(dataset, str):
+        raise InputError(f"{where}: 'dataset' must be a string, not {type(dataset).__name__} {dataset!r:.40}.")
+    return {"claim": claim, "claim_id": str(i if cid is None else cid), "dataset": dataset, "gold_label": label}
+
+
+# --- traces --------------------------------------------------------------------------------------------------
+
+
+def trace_name(claim_id: str) -> str:
+    """The trace file's name (without .json) for a claim id; no two ids share one.
+
+    A plain id (lower-case letters, digits, - _ .) is its own name. Any other id, or one that could be
+    mistaken for the summary or for a hashed name, becomes a readable slug plus a hash of the exact id:
+    `a/b` and `a_b` (and `A` and `a`, on a case-insensitive disk) then never write the same file.
+    """
+    slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in claim_id)[:MAX_SLUG]
+    plain = (slug == claim_id and claim_id == claim_id.lower() and not claim_id.startswith(".")
+             and claim_id not in RESERVED and not _HASHED.fullmatch(claim_id))
+    if plain:
+        return claim_id
+    digest = hashlib.sha256(claim_id.encode("utf-8")).hexdigest()[:HASH_CHARS]
+    return f"{slug.lstrip('.') or 'claim'}-{digest}"
+
+
 def trace_path(out_dir: Path, claim_id: str) -> Path:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in claim_id)
-    return out_dir / f"{safe}.json"
+    return out_dir / f"{trace_name(claim_id)}.json"
 
 
 def write_trace(episode: Episode, path: Path) -> None:
     write_text_atomic(path, episode.model_dump_json(indent=2) + "\n")
+
+
+def episode_error(episode: Episode) -> str | None:
+    """Why the model could not finish the episode (server down, prompt too long), or None."""
+    if not episode.stop_reason.startswith(LLM_ERROR):
+        return None
+    return episode.stop_reason.removeprefix(LLM_ERROR).lstrip(":").strip() or "the model failed"
+
+
+def run_key(agent: Agent, claim: dict[str, Any], search: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything a claim's trace depends on; a rerun reuses the trace only when all of it is unchanged."""
+    settings = {k: v for k, v in asdict(agent.cfg).items() if k not in NOT_IN_KEY["agent"]}
+    key = {"claim_id": claim["claim_id"], "claim": claim["claim"], "dataset": claim.get("dataset"),
+           "gold_label": claim.get("gold_label"), "llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint,
+           "prompt_hash": agent.prompts_hash, "agent": settings, "search_backend": agent.search_backend,
+           "search": {k: v for k, v in (search or {}).items() if k not in NOT_IN_KEY["search"]}}
+    return json.loads(json.dumps(key, default=str))  # as it reads back from a trace (paths, tuples)
+
+
+def changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The keys (one level into `agent` and `search`) whose values differ."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{k}.{sub}" for sub in sorted(set(a) | set(b)) if a.get(sub) != b.get(sub)]
+        elif a != b:
+            out.append(k)
+    return out
+
+
+def reuse(path: Path, key: dict[str, Any]) -> str | None:
+    """None when the trace at `path` can be reused for `key`; otherwise why the claim must run (again)."""
+    if not path.exists():
+        return "new"
+    try:
+        old = Episode.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # truncated by a kill, emptied, not ours: run the claim again
+        log.warning("%s: unreadable trace (%s); rerunning that claim", path, str(e).splitlines()[0][:120])
+        return "unreadable trace"
+    if not old.run_key:
+        return "trace has no run key (written by an older BioCheck)"
+    diff = changed(old.run_key, key)
+    return f"changed: {', '.join(diff)}" if diff else None
+
+
+# --- batch ---------------------------------------------------------------------------------------------------
 
 
 def run_batch(
@@ -58,29 +160,68 @@ def run_batch(
     workers: int = 1,
     progress: bool = True,
     resume: bool = True,
+    search: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run every claim, writing one trace per claim as it finishes; a rerun skips finished claims."""
+    """Run every claim, writing one trace per claim as it finishes; a rerun reuses traces whose key matches.
+
+    `search` holds the search settings (they go into each trace's key). A claim whose model fails gets no
+    trace and is listed under "failed" in the summary; the other claims still run.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: is a file; --out wants a folder for the traces.")
     out_dir.mkdir(parents=True, exist_ok=True)
-    todo = [c for c in claims if not (resume and trace_path(out_dir, c["claim_id"]).exists())]
-    if len(todo) < len(claims):
-        log.info("resuming: %d of %d claims already have a trace in %s", len(claims) - len(todo), len(claims), out_dir)
+    keys = {c["claim_id"]: run_key(agent, c, search) for c in claims}
+    why = {c["claim_id"]: reuse(trace_path(out_dir, c["claim_id"]), keys[c["claim_id"]]) if resume else "no resume"
+           for c in claims}
+    todo = [c for c in claims if why[c["claim_id"]] is not None]
+    rerun = Counter(w for w in why.values() if w not in (None, "new", "no resume"))
+    _say_resume(out_dir, claims, todo, why)
 
-    def one(c: dict[str, Any]) -> Episode:
-        ep = agent.run(c["claim"], claim_id=c["claim_id"], dataset=c.get("dataset"), gold_label=c.get("gold_label"))
-        write_trace(ep, trace_path(out_dir, c["claim_id"]))
-        return ep
+    def one(c: dict[str, Any]) -> tuple[str, str | None]:
+        cid = c["claim_id"]
+        try:
+            ep = agent.run(c["claim"], claim_id=cid, dataset=c.get("dataset"), gold_label=c.get("gold_label"))
+        except (LLMError, SearchError, InputError) as e:
+            return cid, str(e)
+        error = episode_error(ep)
+        if error is None:  # a failed episode leaves no trace: the rerun retries it
+            write_trace(ep.model_copy(update={"run_key": keys[cid]}), trace_path(out_dir, cid))
+        return cid, error
 
-    episodes: list[Episode] = []
+    errors: dict[str, str] = {}
     with (
         ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
         tqdm(total=len(todo), desc="episodes", unit="claim", disable=not progress) as bar,
     ):
-        for ep in pool.map(one, todo):
-            episodes.append(ep)
+        for cid, error in pool.map(one, todo):
+            if error is not None:
+                errors[cid] = error
+                log.warning("claim %s failed: %s", cid, error)
             bar.update(1)
-    summary = summarize([Episode.model_validate_json(trace_path(out_dir, c["claim_id"]).read_text()) for c in claims])
-    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    done = [c for c in claims if c["claim_id"] not in errors]
+    summary = summarize([Episode.model_validate_json(trace_path(out_dir, c["claim_id"]).read_text(encoding="utf-8"))
+                         for c in done])
+    summary["failed"] = [{"id": c["claim_id"], "error": errors[c["claim_id"]]} for c in claims
+                         if c["claim_id"] in errors]
+    summary["reused"] = len(claims) - len(todo)
+    summary["rerun"] = dict(rerun)
+    write_text_atomic(out_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _say_resume(out_dir: Path, claims: list[dict[str, Any]], todo: list[dict[str, Any]],
+                why: dict[str, str | None]) -> None:
+    """One line on what is reused, one per reason for what runs again (with the first few ids)."""
+    if len(todo) == len(claims) and all(w in ("new", "no resume") for w in why.values()):
+        return
+    log.info("resume: reused %d of %d traces in %s", len(claims) - len(todo), len(claims), out_dir)
+    by_reason: dict[str, list[str]] = {}
+    for c in todo:
+        by_reason.setdefault(why[c["claim_id"]] or "", []).append(c["claim_id"])
+    for reason, ids in by_reason.items():
+        more = f" (+{len(ids) - 5} more)" if len(ids) > 5 else ""
+        log.info("resume: running %d claim(s), %s: %s%s", len(ids), reason, ", ".join(ids[:5]), more)
 
 
 def summarize(episodes: list[Episode]) -> dict[str, Any]:
@@ -94,3 +235,57 @@ def summarize(episodes: list[Episode]) -> dict[str, Any]:
         "stop_reasons": dict(Counter(e.stop_reason for e in episodes)),
         "mean_seconds": sum(e.timing.get("total_s", 0.0) for e in episodes) / n,
     }
+
+
+# --- which model ---------------------------------------------------------------------------------------------
+
+DEFAULT_LLM = AgentConfig.llm  # the untrained base model: what a fresh checkout's params.yaml names
+WEIGHTS = (".safetensors", ".bin")
+
+
+def holds_model(folder: Path) -> bool:
+    """A model folder: a config (full model or adapter) and weights."""
+    if not folder.is_dir():
+        return False
+    names = {p.name for p in folder.iterdir()}
+    has_config = bool({"config.json", "adapter_config.json"} & names)
+    return has_config and any(n.endswith(WEIGHTS) for n in names)
+
+
+def choose_llm(option: str | None, configured: str | None, selected_dir: Path) -> tuple[str | None, str]:
+    """(the spec to use, or None to keep agent.llm; where it comes from).
+
+    --llm wins, then a non-default agent.llm; otherwise the selected checkpoint (`biocheck select`) when there
+    is one, so a new user's first check after the quickstart runs the trained model, not the random base.
+    """
+    if option:
+        return option, "--llm"
+    if configured and configured != DEFAULT_LLM:
+        return None, "agent.llm"
+    if holds_model(selected_dir):
+        return f"transformers:{selected_dir.as_posix()}", "the selected checkpoint (biocheck select)"
+    return None, f"agent.llm (no selected checkpoint in {selected_dir.as_posix()} yet)"
+
+
+def describe_model(spec: str, fingerprint: str = "") -> str:
+    """The model as a report names it: spec, and for a local folder which one (and the checkpoint's step)."""
+    kind, _, ref = spec.partition(":")
+    facts = []
+    folder = Path(ref) if kind in ("transformers", "vllm") and ref else None
+    if folder is not None and folder.is_dir():
+        step = _selected_step(folder)
+        if step is not None:
+            facts.append(f"selected checkpoint, step {step}")
+        facts.append(f"folder {folder.resolve()}")
+    if fingerprint:
+        facts.append(f"fingerprint {fingerprint}")
+    return f"{spec} ({'; '.join(facts)})" if facts else spec
+
+
+def _selected_step(folder: Path) -> int | None:
+    """The training step of a folder written by `biocheck select` (its selection.json), else None."""
+    try:
+        step = json.loads((folder / "selection.json").read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None

@@ -2,7 +2,9 @@
 
 With `BIOCHECK_DATA_MIRROR` set, the same files are copied from a local mirror instead
 (`$BIOCHECK_DATA_MIRROR/scifact/data.tar.gz`, `$BIOCHECK_DATA_MIRROR/healthfc/Datensatz.csv`);
-everything after opening the byte stream (progress, hashing, atomic write, manifest) is shared.
+everything after opening the byte stream (progress, hashing, verification, atomic write, manifest)
+is shared. A file is verified (it opens as the release it should be) before it takes its real name:
+DVC caches whatever this stage leaves in data/raw, so a damaged file must never get there.
 """
 
 from __future__ import annotations
@@ -13,20 +15,31 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 from tqdm.auto import tqdm
 
-from biocheck.io import atomic_path, remove_stale_tmp, write_json_atomic
+from biocheck.data.sources import healthfc_frame, read_scifact_tar
+from biocheck.io import InputError, atomic_path, remove_stale_tmp, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 MIRROR_ENV = "BIOCHECK_DATA_MIRROR"
 MANIFEST = "manifest.json"
 CHUNK = 1 << 16
+
+
+def check_scifact(path: Path, where: str) -> None:
+    """A gzip tar whose members (the release's claims and corpus) all read to their end."""
+    read_scifact_tar(path, where, fix="")
+
+
+def check_healthfc(path: Path, where: str) -> None:
+    """A UTF-8 CSV with HealthFC's required columns."""
+    healthfc_frame(path, where, fix="")
 
 
 @dataclass(frozen=True)
@@ -36,11 +49,16 @@ class Source:
     name: str
     url: str
     relpath: str  # both the mirror-relative and the data/raw-relative path
+    # Raises InputError (naming `where`) unless the file at the path is this release file. No sha256
+    # is pinned: "latest"/"main" may be re-published, and mirrors hold repacked copies.
+    verify: Callable[[Path, str], None]
 
 
 SOURCES: tuple[Source, ...] = (
-    Source("scifact", "https://scifact.s3-us-west-2.amazonaws.com/release/latest/data.tar.gz", "scifact/data.tar.gz"),
-    Source("healthfc", "https://raw.githubusercontent.com/jvladika/HealthFC/main/Datensatz.csv", "healthfc/Datensatz.csv"),
+    Source("scifact", "https://scifact.s3-us-west-2.amazonaws.com/release/latest/data.tar.gz", "scifact/data.tar.gz",
+           check_scifact),
+    Source("healthfc", "https://raw.githubusercontent.com/jvladika/HealthFC/main/Datensatz.csv", "healthfc/Datensatz.csv",
+           check_healthfc),
 )
 
 
@@ -99,13 +117,13 @@ def _open_file(path: Path) -> Iterator[tuple[Iterator[bytes], int | None]]:
         yield iter(lambda: f.read(CHUNK), b""), path.stat().st_size
 
 
-def _copy_stream(opener, dest: Path, label: str, cfg: FetchConfig) -> tuple[str, int]:
-    """Stream bytes into `dest` atomically while hashing; return (sha256, size)."""
+def _copy_stream(opener, dest: Path, src: Source, where: str, cfg: FetchConfig) -> tuple[str, int]:
+    """Stream bytes into `dest` atomically while hashing, verify them; return (sha256, size)."""
     with opener as (chunks, total), atomic_path(dest) as tmp:
         h = hashlib.sha256()
         size = 0
         with open(tmp, "wb") as out, tqdm(
-            total=total, unit="B", unit_scale=True, desc=label, disable=not cfg.progress, leave=False
+            total=total, unit="B", unit_scale=True, desc=src.name, disable=not cfg.progress, leave=False
         ) as bar:
             for chunk in chunks:
                 out.write(chunk)
@@ -114,21 +132,29 @@ def _copy_stream(opener, dest: Path, label: str, cfg: FetchConfig) -> tuple[str,
                 bar.update(len(chunk))
         if total is not None and size != total:
             raise _Retryable(f"connection closed after {size} of {total} bytes")
+        src.verify(tmp, where)  # raising here deletes the temporary: dest is never a bad file
     return h.hexdigest(), size
 
 
 def _download(src: Source, dest: Path, cfg: FetchConfig) -> tuple[str, int]:
-    last = ""
+    last, bad_file = "", False
     for attempt in range(1, cfg.max_attempts + 1):
         try:
-            return _copy_stream(_open_http(src.url, cfg), dest, src.name, cfg)
-        except (_Retryable, httpx.TransportError) as e:  # timeouts, refused/reset connections, 5xx
-            last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            return _copy_stream(_open_http(src.url, cfg), dest, src, src.url, cfg)
+        except (_Retryable, httpx.TransportError, InputError) as e:  # timeouts, resets, 5xx, bad bytes
+            # Bad bytes are retried too: a transfer cut short without a Content-Length looks like this.
+            bad_file = isinstance(e, InputError)
+            last = str(e) if bad_file else f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             if attempt < cfg.max_attempts:
                 wait = cfg.backoff_s * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
                 log.warning("%s: attempt %d/%d failed (%s); retrying in %.1fs", src.url, attempt,
                             cfg.max_attempts, last, wait)
                 time.sleep(wait)
+    if bad_file:
+        raise FetchError(
+            f"{last} Gave up after {cfg.max_attempts} attempts; {dest} was not written. The release may have "
+            f"moved or changed: to use a good copy instead, set {MIRROR_ENV} to a folder holding {src.relpath}."
+        )
     raise FetchError(
         f"Could not download {src.name} from {src.url} after {cfg.max_attempts} attempts ({last}). "
         f"If this machine is offline, set {MIRROR_ENV} to a folder holding {src.relpath} "
@@ -144,9 +170,12 @@ def _copy_from_mirror(src: Source, mirror: Path, dest: Path, cfg: FetchConfig) -
             f"{', '.join(s.relpath for s in cfg.sources)}; unset {MIRROR_ENV} to download from {src.url}."
         )
     try:
-        return _copy_stream(_open_file(path), dest, src.name, cfg)
+        return _copy_stream(_open_file(path), dest, src, str(path), cfg)
     except _Retryable as e:  # the mirror file changed size while we read it
         raise FetchError(f"Reading {path} failed: {e}") from None
+    except InputError as e:
+        raise FetchError(f"{e} The mirror's copy is damaged: replace it with the official file ({src.url}), "
+                         f"or unset {MIRROR_ENV} to download it. {dest} was not written.") from None
 
 
 def fetch(cfg: FetchConfig | None = None) -> dict:
@@ -162,6 +191,7 @@ def fetch(cfg: FetchConfig | None = None) -> dict:
         remove_stale_tmp(dest.parent)  # leftovers of a killed earlier run
         origin = str(mirror / src.relpath) if mirror else src.url
         prev = old.get("files", {}).get(src.name)
+        _remove_if_damaged(src, dest)
         if not cfg.force and prev and dest.is_file() and prev.get("origin") == origin \
                 and sha256_file(dest) == prev.get("sha256"):
             log.info("%s: already fetched (%s), sha256 %s", src.name, dest, prev["sha256"][:12])
@@ -183,6 +213,17 @@ def fetch(cfg: FetchConfig | None = None) -> dict:
         }
     write_json_atomic(raw / MANIFEST, manifest)
     return manifest
+
+
+def _remove_if_damaged(src: Source, dest: Path) -> None:
+    """A file that fails verification (e.g. kept from before it existed) never stays in data/raw."""
+    if not dest.is_file():
+        return
+    try:
+        src.verify(dest, str(dest))
+    except InputError as e:
+        log.warning("removing %s, which is damaged: %s", dest, e)
+        dest.unlink()
 
 
 def _read_manifest(raw: Path) -> dict:

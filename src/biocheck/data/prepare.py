@@ -18,20 +18,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from biocheck.data.fetch import MANIFEST as RAW_MANIFEST
-from biocheck.data.schema import SPLITS, ClaimRecord, CorpusDoc
+from pydantic import BaseModel, ValidationError
+
+from biocheck.data.schema import DATASET_SPLITS, SPLITS, ClaimRecord, CorpusDoc
 from biocheck.data.sources import (
     check_unique_ids,
+    parse_jsonl_file,
     parse_scifact_claims,
     parse_scifact_corpus,
     read_healthfc_csv,
     read_scifact_tar,
 )
 from biocheck.data.split import stratified_split, stratified_subset
-from biocheck.io import InputError, atomic_dir, dump_jsonl, read_jsonl, write_json_atomic
+from biocheck.io import InputError, atomic_dir, dump_jsonl, write_json_atomic
 from biocheck.labels import LABELS, Label
 from biocheck.params import plain
 
 log = logging.getLogger(__name__)
+
+# How to get a good prepared file back (re-fetching would not help: the raw data is fine). Under DVC a
+# plain `dvc repro` restores the cached copy of data/prepared, so the stage must be forced.
+REPREPARE = "Re-create it with `dvc repro -f -s prepare` (under DVC) or `biocheck data prepare`."
 
 
 def _default_keep() -> dict[str, list[str]]:
@@ -96,12 +103,14 @@ def build(full: dict[str, list[ClaimRecord]], corpus: list[CorpusDoc], cfg: Prep
                                 else r for r in sf]}
     working: dict[str, dict[str, list[ClaimRecord]]] = {}
     for ds, records in full.items():
-        for split in SPLITS:
-            rows = [r for r in records if r.split == split]
-            if not rows:
-                continue
+        for split in DATASET_SPLITS[ds]:  # every one is written, and `validate` requires every one
             keep = set(cfg.keep_labels.get(split, LABELS))
-            rows = [r for r in rows if r.label.value in keep]
+            rows = [r for r in records if r.split == split and r.label.value in keep]
+            if not rows:  # an empty file would only fail later, in a stage that cannot say why
+                n = sum(r.split == split for r in records)
+                raise InputError(f"{ds}/{split}: no claims to write ({n} {split} claims, none labelled "
+                                 f"{sorted(keep)}). Check data.keep_labels.{split} and data.val_fraction "
+                                 "in params.yaml.")
             working.setdefault(ds, {})[split] = stratified_subset(rows, cfg.subset.get(split), cfg.seed)
     return Prepared(full=full, working=working, corpus=corpus)
 
@@ -161,17 +170,38 @@ def prepare(cfg: PrepareConfig | None = None) -> dict:
 
 # --- readers for later stages ---------------------------------------------------------------------
 
+def read_prepared(path: Path | str) -> list[dict]:
+    """The rows of one prepared JSONL file; a missing or damaged file points to `prepare`."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file. {REPREPARE}")
+    return parse_jsonl_file(path.read_bytes(), str(path), REPREPARE)
+
+
+def _records(path: Path, model: type[BaseModel]) -> list:
+    out = []
+    for i, row in enumerate(read_prepared(path), start=1):
+        try:
+            out.append(model.model_validate(row))
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "record"
+            raise InputError(f"{path}, record {i} (id {row.get('id')!r}): {where}: {first['msg']}. "
+                             f"{REPREPARE}") from None
+    return out
+
+
 def load_split(dataset: str, split: str, prepared_dir: Path | str = "data/prepared") -> list[ClaimRecord]:
-    path = Path(prepared_dir) / dataset / f"{split}.jsonl"
-    return [ClaimRecord.model_validate(r) for r in read_jsonl(path)]
+    return _records(Path(prepared_dir) / dataset / f"{split}.jsonl", ClaimRecord)
 
 
 def load_full(dataset: str, prepared_dir: Path | str = "data/prepared") -> list[ClaimRecord]:
-    return [ClaimRecord.model_validate(r) for r in read_jsonl(Path(prepared_dir) / "full" / f"{dataset}.jsonl")]
+    return _records(Path(prepared_dir) / "full" / f"{dataset}.jsonl", ClaimRecord)
 
 
 def load_corpus(prepared_dir: Path | str = "data/prepared") -> list[CorpusDoc]:
-    return [CorpusDoc.model_validate(r) for r in read_jsonl(Path(prepared_dir) / "corpus.jsonl")]
+    return _records(Path(prepared_dir) / "corpus.jsonl", CorpusDoc)
 
 
-__all__ = ["Label", "PrepareConfig", "load_corpus", "load_full", "load_split", "prepare"]
+__all__ = ["REPREPARE", "Label", "PrepareConfig", "load_corpus", "load_full", "load_split", "prepare",
+           "read_prepared"]

@@ -16,7 +16,10 @@ from biocheck.labels import Label
 Dataset = Literal["scifact", "healthfc"]
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[str, ...] = ("train", "val", "test")
-DATASETS: tuple[str, ...] = ("scifact", "healthfc")
+# The working splits `prepare` writes (one file each) and `validate` requires: SciFact train becomes
+# train + val and SciFact dev becomes test; HealthFC has only a test split.
+DATASET_SPLITS: dict[str, tuple[str, ...]] = {"scifact": ("train", "val", "test"), "healthfc": ("test",)}
+DATASETS: tuple[str, ...] = tuple(DATASET_SPLITS)
 
 
 class GoldEvidence(BaseModel):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,10 @@ from biocheck.data.schema import ClaimRecord, CorpusDoc, GoldEvidence
 from biocheck.io import InputError, parse_jsonl
 from biocheck.labels import Label
 
+# How to get a good raw file back. Under DVC a plain `dvc repro` restores the cached (bad) copy of
+# data/raw, so the fetch stage must be forced; outside DVC, `--force` skips the "already fetched" test.
+REFETCH = "Re-fetch it with `dvc repro -f -s fetch` (under DVC) or `biocheck data fetch --force`."
+SCIFACT_MEMBERS = ("claims_train.jsonl", "claims_dev.jsonl", "corpus.jsonl")
 SCIFACT_LABELS = {"SUPPORT": Label.SUPPORTED, "CONTRADICT": Label.REFUTED}
 HEALTHFC_LABELS = {0: Label.SUPPORTED, 1: Label.NEI, 2: Label.REFUTED}
 HEALTHFC_COLUMNS = ("en_claim", "label")  # required; the rest are kept as metadata when present
@@ -24,24 +29,49 @@ HEALTHFC_META = {"en_explanation": "explanation", "url": "url", "date": "date"}
 
 # --- SciFact --------------------------------------------------------------------------------------
 
-def read_scifact_tar(path: Path) -> dict[str, bytes]:
-    """Return the bytes of claims_train/claims_dev/corpus from the release tarball, by base name."""
-    wanted = {"claims_train.jsonl", "claims_dev.jsonl", "corpus.jsonl"}
+def read_scifact_tar(path: Path, where: str | None = None, fix: str = REFETCH) -> dict[str, bytes]:
+    """Return the bytes of claims_train/claims_dev/corpus from the release tarball, by base name.
+
+    Every member is read to its end, so a cut or damaged file fails here (gzip checks its CRC).
+    `where` names the file in errors (fetch checks a temporary file that stands for a URL) and
+    `fix` says how to get a good one.
+    """
+    where = where or str(path)
     out: dict[str, bytes] = {}
     try:
-        with tarfile.open(path, "r:*") as tar:
+        with tarfile.open(path, "r:gz") as tar:
             for member in tar:
-                name = Path(member.name).name
-                if member.isfile() and name in wanted:
-                    f = tar.extractfile(member)
-                    assert f is not None
-                    out[name] = f.read()
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise InputError(f"{path}: not a readable tar.gz ({e}). Re-fetch with `biocheck data fetch --force`.") from None
-    missing = sorted(wanted - out.keys())
+                f = tar.extractfile(member) if member.isfile() else None
+                data = f.read() if f is not None else None  # read every file: a cut stream fails here
+                if data is not None and Path(member.name).name in SCIFACT_MEMBERS:
+                    out[Path(member.name).name] = data
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        raise InputError(with_fix(f"{where}: not a readable gzip tar ({e}).", fix)) from None
+    missing = [m for m in SCIFACT_MEMBERS if m not in out]
     if missing:
-        raise InputError(f"{path}: the SciFact release has no {', '.join(missing)} (found: {sorted(out)}).")
+        raise InputError(with_fix(f"{where}: the SciFact release has no {', '.join(missing)} "
+                                  f"(found: {sorted(out)}).", fix))
     return out
+
+
+def with_fix(message: str, fix: str) -> str:
+    return f"{message} {fix}" if fix else message
+
+
+def parse_jsonl_file(data: bytes, where: str, fix: str) -> list[dict]:
+    """`parse_jsonl` with `fix` as the way out: a raw file is re-fetched, a prepared one re-prepared."""
+    if not data.strip():
+        raise InputError(with_fix(f"{where}: the file is empty.", fix))
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise InputError(with_fix(f"{where}, line {line}: bytes that are not UTF-8 "
+                                  f"({data[e.start:e.start + 8]!r}); the file is corrupt.", fix)) from None
+    try:
+        return parse_jsonl(data, where)
+    except InputError as e:  # invalid JSON or not an object: damaged just the same
+        raise InputError(with_fix(str(e), fix)) from None
 
 
 def _field(row: dict, key: str, kind: type | tuple[type, ...], where: str):
@@ -64,7 +94,7 @@ def check_unique_ids(records: list[ClaimRecord], where: str) -> None:
 def parse_scifact_claims(data: bytes, where: str, split: str) -> list[ClaimRecord]:
     """SciFact claims -> records. CONTRADICT -> REFUTED, SUPPORT -> SUPPORTED, no evidence -> NEI."""
     records = []
-    for i, row in enumerate(parse_jsonl(data, where), start=1):
+    for i, row in enumerate(parse_jsonl_file(data, where, REFETCH), start=1):
         at = f"{where}, record {i}" + (f" (id {row['id']})" if "id" in row else "")
         cid = _field(row, "id", int, at)
         claim = _field(row, "claim", str, at)
@@ -100,7 +130,7 @@ def parse_scifact_claims(data: bytes, where: str, split: str) -> list[ClaimRecor
 
 def parse_scifact_corpus(data: bytes, where: str) -> list[CorpusDoc]:
     docs = []
-    for i, row in enumerate(parse_jsonl(data, where), start=1):
+    for i, row in enumerate(parse_jsonl_file(data, where, REFETCH), start=1):
         at = f"{where}, record {i}" + (f" (doc_id {row['doc_id']})" if "doc_id" in row else "")
         doc_id = _field(row, "doc_id", int, at)
         title = _field(row, "title", str, at)
@@ -114,26 +144,34 @@ def parse_scifact_corpus(data: bytes, where: str) -> list[CorpusDoc]:
 
 # --- HealthFC -------------------------------------------------------------------------------------
 
-def read_healthfc_csv(path: Path) -> list[ClaimRecord]:
-    """HealthFC CSV -> records (all in the `test` split). Labels 0/1/2 -> SUPPORTED/NEI/REFUTED."""
+def healthfc_frame(path: Path, where: str | None = None, fix: str = REFETCH) -> pd.DataFrame:
+    """The HealthFC CSV as text columns; InputError unless it is a UTF-8 CSV with the required columns."""
+    where = where or str(path)
     data = Path(path).read_bytes()
     if not data.strip():
-        raise InputError(f"{path}: the file is empty. Re-fetch it with `biocheck data fetch --force`.")
+        raise InputError(with_fix(f"{where}: the file is empty.", fix))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise InputError(f"{path}, line {line}: bytes that are not UTF-8 ({data[e.start:e.start + 8]!r}).") from None
+        raise InputError(with_fix(f"{where}, line {line}: bytes that are not UTF-8 "
+                                  f"({data[e.start:e.start + 8]!r}).", fix)) from None
     try:
         df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise InputError(f"{path}: not a readable CSV ({e}).") from None
+        raise InputError(with_fix(f"{where}: not a readable CSV ({e}).", fix)) from None
     missing = [c for c in HEALTHFC_COLUMNS if c not in df.columns]
-    if missing:
+    if missing:  # an upstream change, not a damaged copy: re-fetching would not help
         raise InputError(
-            f"{path}: missing column(s) {missing}; found {list(df.columns)}. "
+            f"{where}: missing column(s) {missing}; found {list(df.columns)[:20]}. "
             "HealthFC's Datensatz.csv must have 'en_claim' and 'label' (was a column renamed?)."
         )
+    return df
+
+
+def read_healthfc_csv(path: Path) -> list[ClaimRecord]:
+    """HealthFC CSV -> records (all in the `test` split). Labels 0/1/2 -> SUPPORTED/NEI/REFUTED."""
+    df = healthfc_frame(path)
     records = []
     for row_no, row in enumerate(df.to_dict("records")):
         at = f"{path}, row {row_no + 2}"  # +1 header, +1 one-based: the line a spreadsheet shows

@@ -2,8 +2,10 @@
 
 The suites prove, before any GPU hour is spent, that the prepared claims are well formed
 (required columns, non-empty claims of sane length, unique ids, known labels and splits), that
-every gold/cited document exists in the corpus, that the working splits are disjoint subsets of the
-full data, and that the full datasets have exactly the official row counts.
+every gold/cited document exists in the corpus and every gold sentence in its abstract, that every
+working split `prepare` writes exists, holds only its own split and the labels `prepare` kept, and
+copies its records unchanged from the full data, and that the full datasets have exactly the
+official row counts.
 
 The JSON report lists every check; on failure the CLI prints a summary naming the dataset, column,
 rule and a few offending ids/values and exits non-zero, so `dvc repro` stops here.
@@ -12,6 +14,7 @@ rule and a few offending ids/values and exits non-zero, so `dvc repro` stops her
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 import os
@@ -21,14 +24,15 @@ from typing import Any
 
 import pandas as pd
 
-from biocheck.data.schema import DATASETS, SPLITS
-from biocheck.io import InputError, read_jsonl, write_json_atomic
+from biocheck.data.prepare import REPREPARE, read_prepared
+from biocheck.data.schema import DATASET_SPLITS
+from biocheck.io import InputError, write_json_atomic
 from biocheck.labels import LABELS
 
 log = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ("id", "dataset", "split", "claim", "label")
-DATASET_SPLITS = {"scifact": ["train", "val", "test"], "healthfc": ["test"]}
+FILE_RULE = "expect_file_to_exist"  # not a GX expectation: a table that is not there has no suite
 
 
 def _default_rows() -> dict[str, dict[str, int]]:
@@ -110,14 +114,83 @@ def _claims_frame(rows: list[dict]) -> pd.DataFrame:
     return df
 
 
-def _references(rows: list[dict], dataset: str) -> pd.DataFrame:
-    refs = []
+def _as_list(value: Any) -> list:
+    """A JSON list as is; anything else as one (bad) entry, so the rules see it instead of skipping it."""
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
+def _doc_id(value: Any) -> str | None:
+    return None if value is None else str(value)  # missing stays missing: the not-null rule names it
+
+
+def _gold(rows: list[dict], file: str):
+    """(row id, gold evidence entry) pairs; the id names the record and the file it is in."""
     for r in rows:
-        for ev in r.get("evidence") or []:
-            refs.append({"id": f"{r.get('id')} (gold)", "doc_id": str(ev.get("doc_id"))})
-        for d in r.get("cited_doc_ids") or []:
-            refs.append({"id": f"{r.get('id')} (cited)", "doc_id": str(d)})
+        for ev in _as_list(r.get("evidence")):
+            yield f"{r.get('id')} (gold, {file})", ev if isinstance(ev, dict) else {}
+
+
+def _references(files: list[tuple[str, list[dict]]]) -> pd.DataFrame:
+    refs = []
+    for file, rows in files:
+        refs += [{"id": rid, "doc_id": _doc_id(ev.get("doc_id"))} for rid, ev in _gold(rows, file)]
+        refs += [{"id": f"{r.get('id')} (cited, {file})", "doc_id": _doc_id(d)}
+                 for r in rows for d in _as_list(r.get("cited_doc_ids"))]
     return pd.DataFrame(refs, columns=["id", "doc_id"])
+
+
+def _bad_sentences(sentences: Any, doc_id: str | None, n_sentences: dict[str, int]) -> str | None:
+    """Why a gold rationale's sentence numbers cannot be looked up in its abstract (None: they can)."""
+    if not isinstance(sentences, list) or not sentences or not all(type(i) is int for i in sentences):
+        return f"{sentences!r} is not a list of sentence numbers"
+    n = n_sentences.get(doc_id)  # an unknown doc is named by the references table
+    past = [i for i in sentences if n is not None and not 0 <= i < n]
+    return f"sentence {past[0]} of doc {doc_id}, which has {n}" if past else None
+
+
+def _evidence(files: list[tuple[str, list[dict]]], n_sentences: dict[str, int]) -> pd.DataFrame:
+    rows = [{"id": rid, "label": ev.get("label"),
+             "bad_sentences": _bad_sentences(ev.get("sentences"), _doc_id(ev.get("doc_id")), n_sentences)}
+            for file, recs in files for rid, ev in _gold(recs, file)]
+    return pd.DataFrame(rows, columns=["id", "label", "bad_sentences"]).astype(object)
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)  # any JSON id (even a tampered list) can be looked up
+
+
+def _differs_from_full(row: dict, full_by_id: dict[str, dict], full_file: str) -> str | None:
+    """None if a working record is a copy of its full record; else the first field that differs."""
+    full = full_by_id.get(_key(row.get("id")))
+    if full is None:
+        return f"not in {full_file}"
+    for field_name in [*full, *(k for k in row if k not in full)]:
+        if row.get(field_name) != full.get(field_name):
+            return f"{field_name} {row.get(field_name)!r}, {full_file} has {full.get(field_name)!r}"
+    return None
+
+
+def _kept_labels(prepared: Path) -> dict[str, list[str]]:
+    """The labels `prepare` kept per split, from the config its manifest records ({} if none)."""
+    try:
+        keep = json.loads((prepared / "manifest.json").read_text(encoding="utf-8"))["config"]["keep_labels"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {s: list(v) for s, v in keep.items() if isinstance(v, list)} if isinstance(keep, dict) else {}
+
+
+def _claim_rules(cfg: ValidateConfig, ds: str, splits: list[str], labels: list[str]) -> list:
+    import great_expectations.expectations as gxe
+
+    return [gxe.ExpectColumnToExist(column=c) for c in REQUIRED_COLUMNS] + [
+        *(gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED_COLUMNS),
+        gxe.ExpectColumnValueLengthsToBeBetween(column="claim", min_value=cfg.claim_min_chars,
+                                                max_value=cfg.claim_max_chars),
+        gxe.ExpectColumnValuesToNotMatchRegex(column="claim", regex=r"^\s*$"),
+        gxe.ExpectColumnValuesToBeInSet(column="label", value_set=labels),
+        gxe.ExpectColumnValuesToBeInSet(column="dataset", value_set=[ds]),
+        gxe.ExpectColumnValuesToBeInSet(column="split", value_set=splits),
+    ]
 
 
 def build_tables(cfg: ValidateConfig) -> list[Table]:
@@ -126,60 +199,69 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
     d = cfg.prepared_dir
     if not d.is_dir():
         raise InputError(f"{d}: no prepared data. Run `biocheck data prepare` first.")
-    corpus = read_jsonl(d / "corpus.jsonl")
+    corpus = read_prepared(d / "corpus.jsonl")
     # A missing id stays missing (not the string "None") so the not-null rule sees it.
-    corpus_df = pd.DataFrame([{"id": None if c.get("id") is None else str(c["id"]), "title": c.get("title"),
+    corpus_df = pd.DataFrame([{"id": _doc_id(c.get("id")), "title": c.get("title"),
                                "n_sentences": len(c.get("abstract") or [])} for c in corpus])
     corpus_ids = sorted(corpus_df["id"].dropna().unique().tolist())
+    n_sentences = {doc: n for doc, n in reversed(list(zip(corpus_df["id"], corpus_df["n_sentences"])))}
     tables = [Table("corpus", "scifact", corpus_df, [
         gxe.ExpectColumnValuesToNotBeNull(column="id"),
         gxe.ExpectColumnValuesToBeUnique(column="id"),
         gxe.ExpectColumnValuesToNotBeNull(column="title"),
         gxe.ExpectColumnValuesToBeBetween(column="n_sentences", min_value=1),
     ])]
+    kept = _kept_labels(d)
 
-    for ds in DATASETS:
-        full_rows = read_jsonl(d / "full" / f"{ds}.jsonl")
+    for ds, splits in DATASET_SPLITS.items():
+        full_file = f"full/{ds}.jsonl"
+        full_rows = read_prepared(d / full_file)
         full = _claims_frame(full_rows)
-        claim_rules = [gxe.ExpectColumnToExist(column=c) for c in REQUIRED_COLUMNS] + [
-            *(gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED_COLUMNS),
-            gxe.ExpectColumnValueLengthsToBeBetween(column="claim", min_value=cfg.claim_min_chars,
-                                                    max_value=cfg.claim_max_chars),
-            gxe.ExpectColumnValuesToNotMatchRegex(column="claim", regex=r"^\s*$"),
-            gxe.ExpectColumnValuesToBeInSet(column="label", value_set=list(LABELS)),
-            gxe.ExpectColumnValuesToBeInSet(column="dataset", value_set=[ds]),
-            gxe.ExpectColumnValuesToBeInSet(column="split", value_set=DATASET_SPLITS[ds]),
-        ]
         # id unique over the whole dataset => every claim is in exactly one split (splits disjoint).
-        tables.append(Table(f"{ds}/full", ds, full,
-                            claim_rules + [gxe.ExpectColumnValuesToBeUnique(column="id")]))
-        tables.append(Table(f"{ds}/references", ds, _references(full_rows, ds), [
+        tables.append(Table(f"{ds}/full", ds, full, _claim_rules(cfg, ds, list(splits), list(LABELS))
+                            + [gxe.ExpectColumnValuesToBeUnique(column="id")]))
+        # A missing working file is reported by `file_checks`; the ones present are checked here.
+        work = {s: read_prepared(d / ds / f"{s}.jsonl") for s in splits if (d / ds / f"{s}.jsonl").is_file()}
+        files = [(full_file, full_rows), *((f"{ds}/{s}.jsonl", rows) for s, rows in work.items())]
+        tables.append(Table(f"{ds}/references", ds, _references(files), [
+            gxe.ExpectColumnValuesToNotBeNull(column="doc_id"),
             gxe.ExpectColumnValuesToBeInSet(column="doc_id", value_set=corpus_ids),
         ]))
+        tables.append(Table(f"{ds}/evidence", ds, _evidence(files, n_sentences), [
+            gxe.ExpectColumnValuesToNotBeNull(column="label"),
+            gxe.ExpectColumnValuesToBeInSet(column="label", value_set=list(LABELS)),
+            gxe.ExpectColumnValuesToBeNull(column="bad_sentences"),
+        ]))
         for group, n in (cfg.expected_rows.get(ds) or {}).items():
-            splits = group.split("+")
-            sub = full[full["split"].isin(splits)] if "split" in full.columns else full
+            sub = full[full["split"].isin(group.split("+"))] if "split" in full.columns else full
             tables.append(Table(f"{ds}/full[{group}]", ds, sub, [gxe.ExpectTableRowCountToEqual(value=n)]))
 
-        # Working splits: the union must have unique ids (disjoint splits) and come from the full data.
-        work_rows = []
-        for split in SPLITS:
-            path = d / ds / f"{split}.jsonl"
-            if path.exists():
-                for r in read_jsonl(path):
-                    work_rows.append({**r, "file_split": split})
-        work = _claims_frame(work_rows)
-        if len(work):
-            if "id" in work.columns:  # else the id rules report it, and split_id is missing too
-                work["split_id"] = work["file_split"].astype(str) + ":" + work["id"].astype(str)
-            # dropna: a row without id/split is reported by the not-null rules, not a TypeError here.
-            full_keys = sorted((full["split"].astype(str) + ":" + full["id"].astype(str)).dropna().tolist()) \
-                if {"id", "split"} <= set(full.columns) else []
-            tables.append(Table(f"{ds}/working", ds, work, claim_rules + [
-                gxe.ExpectColumnValuesToBeUnique(column="id"),
-                gxe.ExpectColumnValuesToBeInSet(column="split_id", value_set=full_keys),
-            ]))
+        # Each working file: only its own split, only the labels prepare kept there, every record an
+        # unchanged copy of its full record (a flipped label or an edited claim is named here).
+        full_by_id = {_key(r.get("id")): r for r in reversed(full_rows)}  # the first of duplicates wins
+        for split, rows in work.items():
+            df = _claims_frame(rows)
+            df["differs_from_full"] = pd.Series([_differs_from_full(r, full_by_id, full_file) for r in rows],
+                                                index=df.index, dtype=object)
+            labels = kept.get(split) or list(LABELS)
+            tables.append(Table(f"{ds}/{split}.jsonl", ds, df, _claim_rules(cfg, ds, [split], labels) + [
+                gxe.ExpectColumnValuesToBeNull(column="differs_from_full")]))
+        if work:  # ids unique across the working files => the working splits are disjoint
+            ids = pd.DataFrame({"id": pd.Series([r.get("id") for rows in work.values() for r in rows], dtype=object)})
+            tables.append(Table(f"{ds}/working", ds, ids, [gxe.ExpectColumnValuesToBeUnique(column="id")]))
     return tables
+
+
+def file_checks(cfg: ValidateConfig) -> list[dict[str, Any]]:
+    """One check per working split `prepare` writes: the file must be there."""
+    checks = []
+    for ds, splits in DATASET_SPLITS.items():
+        for split in splits:
+            name = f"{ds}/{split}.jsonl"
+            ok = (cfg.prepared_dir / name).is_file()
+            checks.append({"table": name, "dataset": ds, "column": None, "rule": FILE_RULE, "args": "",
+                           "success": ok, **({} if ok else {"detail": f"missing. {REPREPARE}"})})
+    return checks
 
 
 # --- running them ----------------------------------------------------------------------------------
@@ -250,7 +332,9 @@ def run_checks(tables: list[Table], cfg: ValidateConfig) -> ValidationResult:
 def validate(cfg: ValidateConfig | None = None) -> ValidationResult:
     """Run every suite, write the JSON report (also on failure) and return the result."""
     cfg = cfg or ValidateConfig()
-    result = run_checks(build_tables(cfg), cfg)
+    checks = run_checks(build_tables(cfg), cfg).checks
+    checks = file_checks(cfg) + checks
+    result = ValidationResult(success=all(c["success"] for c in checks), checks=checks)
     write_json_atomic(cfg.report_path, {"success": result.success, "n_checks": len(result.checks),
                                         "n_failed": len(result.failures), "checks": result.checks})
     if cfg.metrics_path:

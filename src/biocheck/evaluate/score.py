@@ -24,10 +24,14 @@ SKIP = ("summary.json", "metrics.json", "scores.json")  # what `biocheck check -
 
 def load_trace(path: str | os.PathLike[str]) -> Episode:
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: is a folder, not a trace; score every trace in it with `--traces {p}`")
     try:
         return Episode.model_validate_json(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{p}: no such trace file") from None
+    except OSError as e:
+        raise InputError(f"{p}: cannot read the trace ({e.strerror or e})") from None
     except (ValidationError, ValueError) as e:
         raise InputError(f"{p}: not an episode trace ({str(e).splitlines()[0]})") from None
 

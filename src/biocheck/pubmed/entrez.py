@@ -26,15 +26,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from biocheck.io import InputError
 from biocheck.pubmed.article_xml import EsearchReply, parse_efetch, parse_esearch
 from biocheck.pubmed.ratelimit import RateLimiter, shared_limiter
-from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy, utc_now
+from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy, redact, utc_now
 from biocheck.pubmed.types import Article, SearchError, SearchResult
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://eutils.ncbi.nlm.nih.gov/entrez/eutils/"
-EFETCH_BATCH = 500  # ids per efetch request; a search needs one (n is small)
+MAX_RETMAX = 10_000  # PubMed's esearch returns at most this many ids per search
+EFETCH_BATCH = 200  # ids per efetch request: NCBI asks for batches of about 200
 # <ERROR> texts that NCBI emits when its backend is briefly unwell (worth a retry); any other
 # <ERROR> means the request itself is wrong.
 _TRANSIENT = re.compile(r"backend|temporar|unavailable|time ?out|timed out|try again|unable to obtain|internal", re.IGNORECASE)
@@ -71,10 +73,8 @@ class EntrezClient:
         dates) are there for tests; the rate limiter's clock is the limiter's own."""
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        self.base_url = base_url or _env("BIOCHECK_EUTILS_URL") or DEFAULT_BASE_URL
-        if urlsplit(self.base_url).scheme not in ("http", "https"):
-            raise ValueError(f"E-utilities base URL must be http(s)://..., got {self.base_url!r}")
         key = api_key or _env("NCBI_API_KEY")
+        self.base_url, host = _base_url(base_url, key)
         self.has_api_key = key is not None
         identity = {"tool": tool or _env("NCBI_TOOL") or "biocheck", "email": email or _env("NCBI_EMAIL") or ""}
         if key:
@@ -82,7 +82,7 @@ class EntrezClient:
         self._transport = EutilsTransport(
             base_url=self.base_url,
             identity=identity,
-            limiter=limiter or shared_limiter(urlsplit(self.base_url).netloc, key),
+            limiter=limiter or shared_limiter(host, key),
             timeout=timeout,
             policy=RetryPolicy(max_attempts, backoff_base, backoff_max, max_retry_after),
             http=http,
@@ -105,8 +105,8 @@ class EntrezClient:
         """Top-`n` PubMed articles for `query` by relevance, in esearch's order."""
         if not query or not query.strip():
             raise SearchError("empty PubMed query: give some search terms")
-        if n < 1:
-            raise ValueError(f"n must be at least 1, got {n}")
+        if not 1 <= n <= MAX_RETMAX:
+            raise SearchError(f"n must be between 1 and {MAX_RETMAX:,} (PubMed's most per search), got {n}")
         params = {"db": "pubmed", "term": query, "retmax": str(n), "sort": "relevance", "retmode": "xml"}
         reply = self._transport.call("esearch.fcgi", params, _esearch_parser(query))
         searched_at = self._now().isoformat(timespec="seconds")
@@ -159,6 +159,31 @@ class EntrezClient:
             logger.info("PubMed esearch %r: phrase not found: %s", query, ", ".join(reply.phrase_not_found))
         for warning in reply.warnings:
             logger.info("PubMed esearch %r: %s", query, warning)
+
+
+def _base_url(explicit: str | None, key: str | None) -> tuple[str, str]:
+    """The E-utilities base URL and its host, or an InputError naming where the bad value came from.
+
+    Checked here, once: a URL that cannot work would otherwise fail on every request, or be
+    retried with backoff as if NCBI were down.
+    """
+    if explicit:
+        origin, url = "base_url", explicit
+    elif _env("BIOCHECK_EUTILS_URL"):
+        origin, url = "BIOCHECK_EUTILS_URL", _env("BIOCHECK_EUTILS_URL")
+    else:
+        return DEFAULT_BASE_URL, urlsplit(DEFAULT_BASE_URL).netloc
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) > 0
+    except ValueError:  # e.g. "http://[::1" (unclosed IPv6 bracket), a port out of range
+        usable = False
+    if not usable:
+        raise InputError(
+            f"{origin}={redact(url, key)!r} is not an http(s) URL with a host; set it to the E-utilities base "
+            f"URL (e.g. {DEFAULT_BASE_URL}) or unset it to use NCBI's"
+        )
+    return url, parts.netloc
 
 
 def _esearch_parser(query: str):

@@ -40,7 +40,7 @@ __all__ = ["LocalIndex", "articles_from_corpus"]
 log = logging.getLogger(__name__)
 
 META_FILE = "biocheck_index.json"
-FORMAT_VERSION = 1  # bump when the schema or analyzers change: old indexes must be rebuilt
+FORMAT_VERSION = 2  # bump when the schema or analyzers change: old indexes must be rebuilt
 MAX_N = 1000
 BM25 = {
     "variant": "tantivy (Lucene-style) BM25, idf = ln(1 + (N - df + 0.5) / (df + 0.5))",

@@ -12,7 +12,9 @@ Semantics (documented in docs/search.md):
   (``IL-6``) becomes a phrase of its parts;
 * a quoted phrase matches its words consecutively, stopwords included;
 * a wildcard word expands to at most 600 unstemmed index words (PubMed's limit), most frequent
-  first, which are then stemmed and OR-ed;
+  first, which are OR-ed and matched as words, unstemmed (``methylat*`` finds *methylation*, not
+  *Methyl-Red*, although both stem to ``methyl``); a phrase or hyphenated word holding a wildcard
+  is matched on the unstemmed fields as a whole;
 * ``[mh]`` searches MeSH headings when the index has any MeSH, otherwise title/abstract;
 * the Boolean filter decides *which* documents match; ranking is BM25 of the query's positive
   words (not under a NOT) on the combined title+abstract field.
@@ -117,7 +119,10 @@ class QueryCompiler:
             return None
         if any(not alternatives for _, alternatives in positions):
             return tantivy.Query.empty_query()  # a wildcard that matches no word matches nothing
-        per_field = [self._match(field, positions) for field in self._fields(term)]
+        fields = self._fields(term)
+        if term.wildcard:  # expansions are words, not stems: match them where words are kept
+            fields = [S.UNSTEMMED[field] for field in fields]
+        per_field = [self._match(field, positions) for field in fields]
         return per_field[0] if len(per_field) == 1 else self._any(per_field)
 
     def _positions(self, term: Term) -> list[tuple[int, list[str]]]:
@@ -127,14 +132,13 @@ class QueryCompiler:
         return [(tok.position - tokens[0].position, [tok.text]) for tok in tokens]
 
     def _wildcard_positions(self, term: Term) -> list[tuple[int, list[str]]]:
-        analyzer = stem_analyzer() if term.phrase else query_analyzer()
+        """Unstemmed words per position: the expansions of a wildcard chunk, the word itself otherwise."""
         positions: list[tuple[int, list[str]]] = []
         for offset, chunk in enumerate(_CHUNK.findall(term.text)):
             if "*" in chunk:
-                stems = [stem_analyzer().analyze(word) for word in self._expand(chunk)]
-                positions.append((offset, list(dict.fromkeys(s for group in stems for s in group))))
-            else:
-                positions += [(offset, [tok]) for tok in analyzer.analyze(chunk)]
+                positions.append((offset, self._expand(chunk)))
+            elif term.phrase or query_analyzer().analyze(chunk):  # a bare stopword leaves a gap
+                positions += [(offset, [tok]) for tok in raw_analyzer().analyze(chunk)]
         first = positions[0][0] if positions else 0
         return [(offset - first, words) for offset, words in positions]
 

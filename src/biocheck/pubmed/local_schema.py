@@ -8,6 +8,9 @@ Fields and why each exists:
 * ``text``: title + abstract again, frequencies only: the single field BM25 ranks on (one
   combined field ranks better on SciFact than summing per-field BM25, see docs/search.md).
 * ``raw``: unstemmed words of all fields, doc ids only: the term dictionary wildcards expand on.
+* ``raw_title``, ``raw_abstract``, ``raw_mesh``: the same fields unstemmed, with positions: where
+  a wildcard's expansions are matched, so ``methylat*`` finds *methylation* but not *Methyl-Red*
+  (both stem to ``methyl``).
 * ``flags``: ``mesh`` when the article has MeSH, so the index knows whether MeSH exists at all.
 * ``article``: the Article as JSON, stored (compressed) and returned as is.
 """
@@ -25,6 +28,10 @@ ABSTRACT = "abstract"
 MESH = "mesh"
 TEXT = "text"
 RAW_WORDS = "raw"
+RAW_TITLE = "raw_title"
+RAW_ABSTRACT = "raw_abstract"
+RAW_MESH = "raw_mesh"
+UNSTEMMED = {TITLE: RAW_TITLE, ABSTRACT: RAW_ABSTRACT, MESH: RAW_MESH}  # field -> its unstemmed twin
 FLAGS = "flags"
 ARTICLE = "article"
 HAS_MESH_FLAG = "mesh"
@@ -38,6 +45,8 @@ def build_schema() -> tantivy.Schema:
     builder.add_text_field(MESH, tokenizer_name=STEM, index_option="position")
     builder.add_text_field(TEXT, tokenizer_name=STEM, index_option="freq")
     builder.add_text_field(RAW_WORDS, tokenizer_name=RAW, index_option="basic")
+    for raw in UNSTEMMED.values():
+        builder.add_text_field(raw, tokenizer_name=RAW, index_option="position")
     builder.add_text_field(FLAGS, tokenizer_name="raw", index_option="basic")
     builder.add_bytes_field(ARTICLE, stored=True)
     return builder.build()
@@ -53,8 +62,11 @@ def to_document(article: Article) -> tantivy.Document:
     doc.add_text(TEXT, article.abstract)
     doc.add_text(RAW_WORDS, article.title)
     doc.add_text(RAW_WORDS, article.abstract)
+    doc.add_text(RAW_TITLE, article.title)
+    doc.add_text(RAW_ABSTRACT, article.abstract)
     for heading in article.mesh:
         doc.add_text(MESH, heading)
+        doc.add_text(RAW_MESH, heading)
         doc.add_text(RAW_WORDS, heading)
     if article.mesh:
         doc.add_text(FLAGS, HAS_MESH_FLAG)

@@ -13,8 +13,11 @@ the event loop.
 
 One limiter exists per (host, identity) in a process (`shared_limiter`): every EntrezClient
 talking to the same E-utilities host with the same API key (or none) shares it. NCBI counts
-per IP/key, not per process: when several processes on one machine call E-utilities, set
-BIOCHECK_RATELIMIT_DIR and they share the slot clock through a small file locked with flock.
+per IP/key, not per process, so by default every process of the user shares the slot clock
+through a small file locked with flock, in the user's cache dir ($XDG_CACHE_HOME/biocheck, else
+~/.cache/biocheck); BIOCHECK_RATELIMIT_DIR names another directory (e.g. one shared by several
+users of a machine). Where no such file can be used (no POSIX file locks, an unwritable cache
+dir) the limit falls back to the process, with a warning.
 
 Time comes in through the constructor (`clock`, `wall_clock`, `sleep`, `async_sleep`), so tests
 drive the limiter with a virtual clock and check the schedule it grants (`on_grant` sees each
@@ -25,11 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SLACK = 0.08  # 8% spacing margin: ~93% of the nominal rate, ~80 ms jitter tolerance
 _STALE_AFTER = 300.0  # a shared next-allowed time this far ahead is a clock jump
@@ -77,7 +83,10 @@ class RateLimiter:
         """Take the right to send now and return 0, or return how long to wait before retrying."""
         with self._lock:
             if self.state_file is not None:
-                return self._shared(grant=True)
+                try:
+                    return self._shared(grant=True)
+                except OSError as exc:
+                    self._lose_state_file(exc)
             now = self._clock()
             if now >= self._next:
                 self._next = now + self.interval
@@ -105,9 +114,19 @@ class RateLimiter:
         """Let no request go for `seconds` from now (the server said it is overloaded: 429)."""
         with self._lock:
             if self.state_file is not None:
-                self._shared(grant=False, defer=seconds)
-            else:
-                self._next = max(self._next, self._clock() + seconds)
+                try:
+                    self._shared(grant=False, defer=seconds)
+                    return
+                except OSError as exc:
+                    self._lose_state_file(exc)
+            self._next = max(self._next, self._clock() + seconds)
+
+    def _lose_state_file(self, exc: OSError) -> None:
+        # The shared file became unusable (removed dir, full disk, permissions): a request must
+        # not fail for it, so keep limiting within this process from now on.
+        log.warning("E-utilities rate limit: cannot use %s (%s); limiting this process only",
+                    self.state_file, exc.strerror or exc)
+        self.state_file = None
 
     def _granted(self, now: float) -> None:
         if self.on_grant is not None:
@@ -142,7 +161,7 @@ class RateLimiter:
             os.close(fd)
 
 
-_registry: dict[tuple[str, str], RateLimiter] = {}
+_registry: dict[tuple[str, str, str], RateLimiter] = {}
 _registry_lock = threading.Lock()
 
 
@@ -151,20 +170,51 @@ def requests_per_second(api_key: str | None) -> float:
     return 10.0 if api_key else 3.0
 
 
+def state_dir() -> Path | None:
+    """Where processes share the slot clock: BIOCHECK_RATELIMIT_DIR, else the user's cache dir.
+
+    None where none can be named (no home directory). The XDG spec says a relative
+    XDG_CACHE_HOME is to be ignored.
+    """
+    override = os.environ.get("BIOCHECK_RATELIMIT_DIR", "").strip()
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "biocheck"
+    try:
+        return Path.home() / ".cache" / "biocheck"
+    except RuntimeError:  # no HOME and no passwd entry
+        return None
+
+
 def shared_limiter(host: str, api_key: str | None, slack: float = DEFAULT_SLACK) -> RateLimiter:
-    """The process's one limiter for `host` and this API key (or none).
+    """The process's one limiter for `host` and this API key (or none), sharing its schedule with
+    the user's other processes through a state file (see `state_dir`).
 
     The key is hashed so neither the registry nor a state file name holds it in clear.
     """
     identity = hashlib.sha256(api_key.encode()).hexdigest()[:16] if api_key else "anonymous"
+    directory = state_dir()
     with _registry_lock:
-        limiter = _registry.get((host, identity))
+        # Keyed by the directory too: a changed BIOCHECK_RATELIMIT_DIR means another schedule.
+        key = (host, identity, str(directory))
+        limiter = _registry.get(key)
         if limiter is None:
-            state_dir = os.environ.get("BIOCHECK_RATELIMIT_DIR", "").strip()
-            state_file = None
-            if state_dir:
-                name = hashlib.sha256(f"{host}|{identity}".encode()).hexdigest()[:16]
-                state_file = Path(state_dir) / f"eutils-{name}.next"
-            limiter = RateLimiter(requests_per_second(api_key), slack=slack, state_file=state_file)
-            _registry[(host, identity)] = limiter
+            limiter = _make_limiter(requests_per_second(api_key), slack, directory, host, identity)
+            _registry[key] = limiter
         return limiter
+
+
+def _make_limiter(rate: float, slack: float, directory: Path | None, host: str, identity: str) -> RateLimiter:
+    if directory is None:
+        return RateLimiter(rate, slack=slack)
+    name = hashlib.sha256(f"{host}|{identity}".encode()).hexdigest()[:16]
+    try:
+        return RateLimiter(rate, slack=slack, state_file=directory / f"eutils-{name}.next")
+    except ValueError:  # no POSIX file locks (Windows): the process's own limit is all there is
+        return RateLimiter(rate, slack=slack)
+    except OSError as exc:
+        log.warning("E-utilities rate limit: cannot use %s (%s); limiting this process only (set "
+                    "BIOCHECK_RATELIMIT_DIR to a writable directory to share it)", directory, exc.strerror or exc)
+        return RateLimiter(rate, slack=slack)

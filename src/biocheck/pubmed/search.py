@@ -15,6 +15,7 @@ text the model can read and act on, so a rollout goes on.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("local", "entrez", "replay")
 MODES = ("boolean", "bm25")
-MAX_N = 100  # a tool call never asks for more papers than this
+MAX_N = 10_000  # papers per search at most: PubMed's esearch returns no more (retmax)
+MAX_ATTEMPTS = 20  # entrez: more retries than this only hides an outage behind minutes of backoff
 
 
 @dataclass
@@ -46,8 +48,22 @@ class SearchConfig:
             raise ValueError(f"search.backend: {self.backend!r} is not one of {list(BACKENDS)}")
         if self.mode not in MODES:
             raise ValueError(f"search.mode: {self.mode!r} is not one of {list(MODES)}")
-        if not 1 <= int(self.max_results) <= MAX_N:
-            raise ValueError(f"search.max_results: {self.max_results} must be between 1 and {MAX_N}")
+        if not _is_int(self.max_results) or not 1 <= self.max_results <= MAX_N:
+            raise ValueError(f"search.max_results: {self.max_results!r} must be between 1 and {MAX_N}")
+        if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+            raise ValueError(f"search.max_attempts: {self.max_attempts!r} must be an integer between 1 and "
+                             f"{MAX_ATTEMPTS} (tries per E-utilities request)")
+        if not _is_number(self.timeout_s) or not (0 < self.timeout_s < math.inf):
+            raise ValueError(f"search.timeout_s: {self.timeout_s!r} must be a number of seconds above 0 "
+                             "(the wait for each E-utilities reply, e.g. 10)")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class ModeSearch:
@@ -68,12 +84,8 @@ def open_backend(cfg: SearchConfig):
     from biocheck.pubmed.store import PUBMED, EvidenceStore
 
     if cfg.backend == "local":
-        try:
-            return ModeSearch(LocalIndex.open(cfg.index_dir), cfg.mode)
-        except FileNotFoundError:
-            raise SearchError(f"No local search index at {cfg.index_dir}. Build it with `biocheck evidence build` "
-                              "(or `dvc repro evidence`).") from None
-    store = EvidenceStore(cfg.store)
+        return ModeSearch(LocalIndex.open(cfg.index_dir), cfg.mode)  # IndexUnavailable says how to fix it
+    store = EvidenceStore(cfg.store)  # a damaged store fails here, in one line (StoreError)
     if cfg.backend == "entrez":
         from biocheck.pubmed.entrez import EntrezClient
 

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from biocheck.pubmed.types import Article, SearchResult
+from biocheck.pubmed.types import Article, SearchError, SearchResult
 from biocheck.sqlite_db import SQLiteDB
 
 logger = logging.getLogger(__name__)
@@ -69,8 +69,11 @@ CREATE TABLE IF NOT EXISTS articles (
 """
 
 
-class StoreError(Exception):
-    """The evidence store could not complete an operation."""
+class StoreError(SearchError):
+    """The evidence store could not complete an operation (damaged file, locked too long ...).
+
+    A SearchError: the search tool reports it as text, and the CLI prints it as one line.
+    """
 
 
 def normalize_query(query: str) -> str:
@@ -102,6 +105,9 @@ class EvidenceStore(SQLiteDB):
     error = StoreError
     schema = _SCHEMA
     schema_version = SCHEMA_VERSION
+    # Never deleted for the user: it holds every query and abstract fetched so far.
+    damaged_hint = ("move it aside (or restore it: `dvc checkout data/evidence/evidence.sqlite`), then run "
+                    "`biocheck evidence build` (or `dvc repro -f -s evidence`) to start a new, empty store")
 
     def __init__(self, path: str | os.PathLike[str], busy_timeout: float = 30.0, lock_timeout: float = 120.0) -> None:
         super().__init__(resolve_path(path), busy_timeout, lock_timeout)

@@ -1,13 +1,136 @@
-"""Trainer callbacks: sample episodes to MLflow (TRL only sends completion tables to wandb/trackio)."""
+"""Trainer callbacks: one short progress display, and sample episodes to MLflow (TRL only sends
+completion tables to wandb/trackio)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from typing import Any, Callable
 
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 log = logging.getLogger(__name__)
+
+# The numbers a person watches during GRPO: (shown as, the Trainer's log key). Everything else
+# (60-odd keys per step) goes to MLflow only.
+KEY_NUMBERS = (("reward", "reward"), ("eval_reward", "eval_reward"), ("loss", "loss"),
+               ("searches", "rewards/searches/mean"))
+
+
+class Progress:
+    """A loop's progress: a bar on a terminal, else (logs, CI, `--no-progress`) one short log line
+    every `every` steps, e.g. `train step 10/40  reward 0.31  loss 0.02  12.3 s/step`.
+
+    Seconds per step count only the time between `start()` and `advance()`, so an evaluation or a
+    checkpoint save between steps does not inflate it.
+    """
+
+    def __init__(self, name: str, total: int, bar: bool, keys: tuple[str, ...], every: int = 1, initial: int = 0,
+                 stream=None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.name, self.total, self.every, self.step = name, total, max(1, every), initial
+        self.numbers: dict[str, float | None] = dict.fromkeys(keys)  # shown in this order, once known
+        self._clock, self._began, self._busy, self._timed = clock, None, 0.0, 0
+        self._bar = tqdm(total=total, initial=initial, desc=name, file=stream, dynamic_ncols=True) if bar else None
+
+    def start(self) -> None:
+        self._began = self._clock()
+
+    def advance(self, step: int) -> None:
+        if self._began is not None:
+            self._busy += self._clock() - self._began
+            self._timed += 1
+            self._began = None
+        if self._bar is not None:
+            self._bar.update(step - self.step)
+        self.step = step
+
+    def note(self, **numbers: Any) -> None:
+        """Remember the latest value of some of `keys` (others, and non-numbers, are ignored)."""
+        self.numbers.update({k: float(v) for k, v in numbers.items()
+                             if k in self.numbers and isinstance(v, (int, float))})
+        if self._bar is not None:
+            self._bar.set_postfix_str(self.text(rate=False))
+
+    def due(self) -> bool:
+        """Whether a line is owed for the current step (line mode only; the bar shows every step)."""
+        return self._bar is None and (self.step % self.every == 0 or self.step == self.total)
+
+    def text(self, rate: bool = True) -> str:
+        parts = [f"{k} {v:.3g}" for k, v in self.numbers.items() if v is not None]
+        if rate and self._timed:
+            parts.append(f"{self._busy / self._timed:.1f} s/step")
+        return "  ".join(parts)
+
+    def line(self) -> str:
+        return f"{self.name} step {self.step}/{self.total}  {self.text()}".rstrip()
+
+    def emit(self) -> None:
+        log.info("%s", self.line())
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class TrainProgress(TrainerCallback):
+    """GRPO's console output: a Progress over the optimizer steps with the KEY_NUMBERS.
+
+    Replaces transformers' ProgressCallback / PrinterCallback, which print the whole metrics dict at
+    every logging step (see grpo.ConsoleMixin); MLflowCallback still logs every key.
+    """
+
+    def __init__(self, bar: bool = True, every: int = 1, stream=None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.bar, self.every, self.stream, self.clock = bar, every, stream, clock
+        self.progress: Progress | None = None
+        self._owed = False  # a line for the last step, written once its train/eval logs are in
+        self._hf_bars = False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from transformers.utils import logging as hf_logging
+
+        # transformers' own bars (e.g. "Writing model shards" at every checkpoint) would break the one bar
+        self._hf_bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        if state.is_world_process_zero:  # global_step > 0 when resuming: the bar starts there
+            self.progress = Progress("train", state.max_steps, self.bar, tuple(shown for shown, _ in KEY_NUMBERS),
+                                     self.every, initial=state.global_step, stream=self.stream, clock=self.clock)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self._flush()
+            self.progress.start()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.advance(state.global_step)
+            # The Trainer logs and evaluates this step only after on_step_end: the line waits for them.
+            self._owed = self._owed or self.progress.due()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.progress is None or not logs:
+            return
+        self.progress.note(**{shown: logs.get(key) for shown, key in KEY_NUMBERS})
+        if state.global_step == 0:  # the validation reward before any step (eval_on_start)
+            self._owed = self._owed or self.progress.due()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        from transformers.utils import logging as hf_logging
+
+        if self.progress is not None:
+            self._flush()
+            self.progress.close()
+            self.progress = None
+        if self._hf_bars:
+            hf_logging.enable_progress_bar()
+
+    def _flush(self) -> None:
+        if self._owed:
+            self.progress.emit()
+            self._owed = False
 
 
 class SampleEpisodes(TrainerCallback):

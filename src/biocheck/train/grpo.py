@@ -88,6 +88,28 @@ class TimedMixin:
         return out
 
 
+class ConsoleMixin:
+    """Swaps the console callback the Trainer adds for itself (ProgressCallback, or PrinterCallback when
+    tqdm is disabled; both print the whole ~60-key metrics dict at every logging step) for `console`,
+    one bar or one short line every few steps. MLflowCallback still receives every key."""
+
+    console: Any = None  # a TrainProgress, set by make_trainer
+
+    def add_callback(self, callback):  # type: ignore[override]
+        from transformers import PrinterCallback, ProgressCallback
+        from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # a notebook bar under Jupyter
+
+        cls = callback if isinstance(callback, type) else type(callback)
+        if self.console is not None and issubclass(cls, (PrinterCallback, ProgressCallback, DEFAULT_PROGRESS_CALLBACK)):
+            callback = self.console
+        return super().add_callback(callback)
+
+
+def progress_every(cfg: TrainConfig) -> int:
+    """Steps between two progress lines off a terminal: about ten lines a run, never more than one per log."""
+    return max(cfg.logging_steps, cfg.max_steps // 10, 1)
+
+
 def fingerprint_inputs(payload: dict[str, Any]) -> str:
     """16 hex digits of sha256 over the payload as JSON with sorted keys (other values, e.g. paths, as str)."""
     import hashlib
@@ -129,14 +151,17 @@ def prepare_out_dir(out_dir: Path, run_key: str) -> Path | None:
 
 
 def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_factory, bank, max_tool_iters: int,
-                 report_to: list[str], callbacks: list | None = None):
+                 report_to: list[str], callbacks: list | None = None, progress: bool = True):
+    """`progress`: a bar (a terminal) or a short line every `progress_every` steps (logs, CI, --no-progress)."""
     import os as _os
 
     _os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOTrainer
 
-    class BioCheckGRPOTrainer(TimedMixin, GRPOTrainer):
-        pass
+    from biocheck.train.callbacks import TrainProgress
+
+    class BioCheckGRPOTrainer(ConsoleMixin, TimedMixin, GRPOTrainer):
+        console = TrainProgress(bar=progress, every=progress_every(cfg))
 
     args = cfg.grpo_config(cfg.out_dir, max_tool_iters, report_to)
     args.reward_weights = bank.weights()
@@ -150,5 +175,5 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
                                peft_config=peft_config, callbacks=callbacks or [])
 
 
-__all__ = ["TrainConfig", "make_trainer", "prepare_out_dir", "complete_checkpoints", "latest_checkpoint",
+__all__ = ["TrainConfig", "make_trainer", "progress_every", "prepare_out_dir", "complete_checkpoints", "latest_checkpoint",
            "fingerprint_inputs"]

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 log = logging.getLogger(__name__)
 
 
@@ -58,8 +56,12 @@ def assistant_labels(tokenizer, messages: list[dict[str, Any]], tools: list[dict
 def train_sft(model, tokenizer, conversations: list[list[dict[str, Any]]], cfg: SFTConfig,
               tools: list[dict[str, Any]], seed: int = 0,
               progress: bool = True) -> dict[str, Any]:
-    """Fine-tune `model` in place on the conversations; return stats (examples, steps, first/last loss)."""
+    """Fine-tune `model` in place on the conversations; return stats (examples, steps, first/last loss).
+
+    `progress`: a bar (a terminal), else a short log line about every tenth of the run."""
     import torch
+
+    from biocheck.train.callbacks import Progress
 
     examples = []
     for conv in conversations[: cfg.max_examples]:
@@ -75,11 +77,13 @@ def train_sft(model, tokenizer, conversations: list[list[dict[str, Any]]], cfg: 
     losses: list[float] = []
     t0 = time.perf_counter()
     steps = cfg.epochs * len(examples)
-    with tqdm(total=steps, desc="sft", disable=not progress) as bar:
-        for _ in range(cfg.epochs):
+    shown = Progress("sft", steps, bar=progress, keys=("epoch", "loss"), every=max(1, steps // 10))
+    try:
+        for epoch in range(1, cfg.epochs + 1):
             order = list(range(len(examples)))
             rng.shuffle(order)
             for i in order:
+                shown.start()
                 ids, labels = examples[i]
                 out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
                 out.loss.backward()
@@ -87,7 +91,13 @@ def train_sft(model, tokenizer, conversations: list[list[dict[str, Any]]], cfg: 
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 losses.append(out.loss.item())
-                bar.update(1)
+                shown.advance(len(losses))
+                recent = losses[-shown.every:]  # the mean since the last line, not one noisy example
+                shown.note(epoch=epoch, loss=sum(recent) / len(recent))
+                if shown.due():
+                    shown.emit()
+    finally:
+        shown.close()
     model.eval()
     k = max(1, len(examples) // 2)
     return {"examples": len(examples), "steps": steps, "loss_first_epoch": sum(losses[:k]) / k,

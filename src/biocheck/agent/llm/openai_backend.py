@@ -2,7 +2,8 @@
 
 Base URL from OPENAI_BASE_URL (default https://api.openai.com/v1), key from OPENAI_API_KEY
 (optional for local servers). The key is only ever sent in the Authorization header: never logged,
-traced or stored.
+traced or stored; a server that echoes it in an error body ("Incorrect API key provided: ...") has it
+blanked from the error text (`biocheck.secrets.redact`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 
 from biocheck.agent.llm.base import AssistantTurn, GenerationConfig, LLMError, ToolCall
+from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ class OpenAIChat:
         self.gen = gen or GenerationConfig()
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self._key = key  # to blank from error texts even when passed in code rather than set in the env
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(timeout=timeout, headers=headers)
         self.max_attempts = max_attempts
@@ -69,7 +72,7 @@ class OpenAIChat:
         try:
             msg = data["choices"][0]["message"]
         except (KeyError, IndexError, TypeError):
-            raise LLMError(f"{self.base_url}: unexpected chat-completions answer {str(data)[:200]}") from None
+            raise self._error(f"{self.base_url}: unexpected chat-completions answer ", data, 200) from None
         calls = [ToolCall(name=(c.get("function") or {}).get("name", ""),
                           arguments=_arguments((c.get("function") or {}).get("arguments")),
                           id=c.get("id") or f"call_{i}") for i, c in enumerate(msg.get("tool_calls") or [])]
@@ -84,7 +87,7 @@ class OpenAIChat:
                 r = self._client.post(url, json=body)
                 if r.status_code not in RETRY_STATUS:
                     if r.status_code >= 400:
-                        raise LLMError(f"{url} answered HTTP {r.status_code}: {r.text[:300]}")
+                        raise self._error(f"{url} answered HTTP {r.status_code}: ", r.text, 300)
                     return r.json()
                 last = f"HTTP {r.status_code}"
             except (httpx.TransportError, ValueError) as e:
@@ -93,6 +96,11 @@ class OpenAIChat:
                 time.sleep(min(30.0, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.75, 1.25))
         raise LLMError(f"{url}: no answer after {self.max_attempts} attempts ({last}). Is the server up? "
                        "Set OPENAI_BASE_URL (e.g. http://localhost:8000/v1 for `vllm serve`).")
+
+    def _error(self, what: str, body: Any, limit: int) -> LLMError:
+        """An LLMError quoting `limit` chars of the server's answer, secrets blanked before the cut (a key
+        cut in half would no longer match)."""
+        return LLMError(redact(what, extra=[self._key]) + redact(body, extra=[self._key])[:limit])
 
     def fingerprint(self) -> str:
         return hashlib.sha256(f"{self.base_url}|{self.model}".encode()).hexdigest()[:16]

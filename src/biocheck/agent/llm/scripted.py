@@ -23,14 +23,25 @@ def _turn(raw: Any, i: int, where: str) -> AssistantTurn:
     for j, c in enumerate(raw.get("tool_calls") or []):
         if not isinstance(c, dict) or not isinstance(c.get("name"), str):
             raise LLMError(f"{where}: turn {i}, tool call {j} needs a 'name' (and 'arguments').")
-        args = c.get("arguments") or {}
-        if isinstance(args, str):  # OpenAI style: arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except ValueError:
-                args = {"query": args}
+        args = _arguments(c.get("arguments"), f"{where}: turn {i}, tool call {j}")
         calls.append(ToolCall(name=c["name"], arguments=args, id=c.get("id") or f"call_{i}_{j}"))
     return AssistantTurn(content=str(raw.get("content") or ""), tool_calls=calls)
+
+
+def _arguments(raw: Any, where: str) -> dict[str, Any]:
+    """A call's arguments as a dict: an object, a JSON string of one (OpenAI style), or plain text as the query."""
+    args = raw
+    if isinstance(raw, str):
+        try:
+            args = json.loads(raw)
+        except ValueError:
+            return {"query": raw}  # not JSON: the text is the query
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise LLMError(f"{where}: 'arguments' must be an object such as {{\"query\": \"...\"}} (or a JSON string "
+                       f"of one), not {raw!r:.60}.")
+    return args
 
 
 class ScriptedChat:
@@ -49,6 +60,11 @@ class ScriptedChat:
             turns = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise LLMError(f"scripted: no script file {path}") from None
+        except IsADirectoryError:
+            raise LLMError(f"scripted: {path} is a folder; give a JSON file of assistant turns "
+                           "(scripted:episode.json).") from None
+        except OSError as e:
+            raise LLMError(f"scripted: cannot read {path} ({e.strerror or e})") from None
         except ValueError as e:
             raise LLMError(f"scripted: {path} is not valid JSON ({e})") from None
         if not isinstance(turns, list):

@@ -44,7 +44,7 @@ class Judge(Protocol):
 
 @cache
 def prompt_template() -> str:
-    return resources.files("biocheck.rewards").joinpath(PROMPT_FILE).read_text(encoding="utf-8").strip()
+    return resources.files("biocheck.rewards.judge").joinpath(PROMPT_FILE).read_text(encoding="utf-8").strip()
 
 
 def render_prompt(claim: str, article: Article, max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS) -> str:

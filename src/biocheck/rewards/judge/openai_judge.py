@@ -27,6 +27,7 @@ from biocheck.rewards.judge.base import (
     judge_prompt_hash,
     render_prompt,
 )
+from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -108,5 +109,5 @@ class OpenAIJudge:
         try:
             data = self._chat._post("/chat/completions", body)
         except LLMError as e:
-            raise JudgeError(f"{self.spec}: {e}") from None
+            raise JudgeError(redact(f"{self.spec}: {e}")) from None
         return scores_from_logprobs(data)

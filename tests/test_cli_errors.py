@@ -1,0 +1,130 @@
+"""Bad input on the command line or in a parameters file: one clear line, a non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from biocheck.agent.episode import Episode
+from biocheck.cli import app
+from biocheck.report.schema import Report
+from tests.conftest import REPO
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def one_error_line(r, *needles: str) -> str:
+    """The run failed cleanly: exit != 0, no exception escaped, one `error:` line holding every needle."""
+    assert r.exit_code != 0, r.output
+    assert isinstance(r.exception, SystemExit), repr(r.exception)  # anything else would be a traceback
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def write_params(path: Path, edit) -> Path:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    edit(params)
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def a_trace(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(Episode(claim="Aspirin prevents colds.", messages=[], report=Report()).model_dump_json())
+    return path
+
+
+# --- score ---------------------------------------------------------------------------------------
+
+def test_score_with_a_bad_judge_spec(workdir):
+    one_error_line(runner.invoke(app, ["score", str(a_trace(workdir / "t.json")), "--judge", "foo:bar"]),
+                   "bad judge spec 'foo:bar'", "openai:<model>")
+
+
+def test_score_given_a_folder_as_the_trace(workdir):
+    a_trace(workdir / "runs" / "a.json")
+    one_error_line(runner.invoke(app, ["score", "runs", "--judge", "none"]), "runs: is a folder", "--traces runs")
+
+
+def test_score_out_is_a_folder(workdir):
+    a_trace(workdir / "runs" / "a.json")
+    line = one_error_line(runner.invoke(app, ["score", "--traces", "runs", "--judge", "none", "--out", "runs"]),
+                          "--out runs", "is a folder")
+    assert "scores.json" in line  # how to fix: name a file
+
+
+# --- the parameters file -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, section, value", [
+    (["search", "x"], "search", [1, 2]),
+    (["check", "x", "--llm", "scripted:s.json"], "agent", "x"),
+    (["score", "t.json"], "reward", "x"),
+])
+def test_a_section_that_is_not_a_mapping(workdir, args, section, value):
+    write_params(workdir / "params.yaml", lambda p: p.update({section: value}))
+    one_error_line(runner.invoke(app, args), "params.yaml", f"section '{section}' must be a mapping", repr(value))
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"search:\n  backend: \xff\xfelocal\n", "not UTF-8 text"),
+    (b"search: {backend: local\nagent: [\n", "not valid YAML (line"),
+])
+def test_a_broken_params_file(workdir, content, needle):
+    (workdir / "params.yaml").write_bytes(content)
+    one_error_line(runner.invoke(app, ["search", "x"]), "params.yaml", needle)
+    # `profile list` still shows the profiles that can replace it, with a warning
+    r = runner.invoke(app, ["profile", "list"])
+    assert r.exit_code == 0 and "warning:" in r.output and needle in r.output
+    assert "quickstart  (profiles/quickstart.yaml)" in r.output and "paper  (profiles/paper.yaml)" in r.output
+
+
+def test_a_value_of_the_wrong_type_is_named_with_its_key_and_file(workdir):
+    write_params(workdir / "params.yaml", lambda p: p["validate"].update(claim_max_chars="lots"))
+    one_error_line(runner.invoke(app, ["data", "validate"]), "params.yaml", "validate", "claim_max_chars", "'lots'",
+                   "must be an int")
+
+
+def test_a_missing_params_file(workdir):
+    one_error_line(runner.invoke(app, ["search", "x", "--params", "nope.yaml"]), "nope.yaml: no such parameters file")
+
+
+# --- who said it: an option, or which file --------------------------------------------------------
+
+@pytest.mark.parametrize("args, needle", [
+    (["search", "x", "-n", "0"], "-n 0: "),
+    (["search", "x", "-n", "0", "--params", "other.yaml"], "-n 0: "),
+    (["search", "x", "--mode", "fuzzy"], "--mode fuzzy: "),
+    (["check", "x", "--llm", "scripted:s.json", "--max-searches", "-1"], "--max-searches -1: "),
+    (["search", "x", "--backend", "nope", "--params", "other.yaml"], "--backend nope: "),
+])
+def test_an_error_caused_by_an_option_names_the_option(workdir, args, needle):
+    shutil.copy(workdir / "params.yaml", workdir / "other.yaml")
+    line = one_error_line(runner.invoke(app, args), needle)
+    assert "params.yaml" not in line and "other.yaml" not in line
+
+
+@pytest.mark.parametrize("edit, args, needle", [
+    (lambda p: p["search"].update(max_results=0), ["search", "x"], "search.max_results"),
+    (lambda p: p["agent"].update(max_searches=-1), ["check", "x", "--llm", "scripted:s.json"], "agent.max_searches"),
+    (lambda p: p.update(serach={}), ["search", "x"], "serach"),
+    (lambda p: p["reward"].update(judge_batch_size=0), ["score", "t.json"], "judge_batch_size"),
+])
+def test_an_error_in_a_params_file_names_that_file(workdir, edit, args, needle):
+    write_params(workdir / "mine.yaml", edit)
+    line = one_error_line(runner.invoke(app, [*args, "--params", "mine.yaml"]), "mine.yaml", needle)
+    assert "params.yaml" not in line

@@ -1,0 +1,166 @@
+"""Secrets from the environment never reach a trace, a summary, stderr, a log line or MLflow."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from biocheck.agent.llm import LLMError
+from biocheck.agent.llm.openai_backend import OpenAIChat
+from biocheck.cli import app
+from biocheck.pubmed.types import Article
+from biocheck.secrets import MASK, redact, secret_values
+
+KEY = "sk-proj-Zq7Xw3Vt9Ku5Rs1Pn8Lm4Jh2Gf6Dc0Ba"
+runner = CliRunner()
+
+
+class Refusing:
+    """An OpenAI-compatible server that answers 401 and echoes the key back, as api.openai.com does."""
+
+    def __init__(self, pad: int = 0):
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                msg = "x" * pad + f"Incorrect API key provided: {key}. You can find your API key at platform."
+                data = json.dumps({"error": {"message": msg, "type": "invalid_request_error",
+                                             "code": "invalid_api_key"}}).encode()
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def refusing():
+    server = Refusing()
+    yield server
+    server.close()
+
+
+def test_secret_values_come_from_named_and_pattern_variables(monkeypatch):
+    env = {"OPENAI_API_KEY": KEY, "NCBI_API_KEY": "ncbi-0123456789", "HF_TOKEN": "hf_abcdefghij",
+           "MY_SERVICE_SECRET": "s3cr3t-value", "DB_PASSWORD": "hunter2hunter2", "OPENAI_BASE_URL": "http://h/v1",
+           "SHORT_TOKEN": "abc", "PATH": "/usr/bin:/bin"}
+    assert set(secret_values(env)) == {KEY, "ncbi-0123456789", "hf_abcdefghij", "s3cr3t-value", "hunter2hunter2"}
+
+
+def test_redact_blanks_every_secret_and_the_longest_first(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OTHER_TOKEN", KEY[:12])  # a secret inside another must not leave the rest behind
+    text = f"Incorrect API key provided: {KEY}; partial {KEY[:12]}"
+    assert redact(text) == f"Incorrect API key provided: {MASK}; partial {MASK}"
+    assert redact("a passed-in key abcdefgh123", extra=["abcdefgh123", None]) == f"a passed-in key {MASK}"
+
+
+def test_openai_error_text_is_redacted_even_where_it_is_cut_short(monkeypatch):
+    # the key straddles the 300 characters kept of the body: cutting first would leak its first half
+    server = Refusing(pad=230)
+    try:
+        llm = OpenAIChat("m", base_url=server.url, api_key=KEY, max_attempts=1)
+        with pytest.raises(LLMError) as e:
+            llm.chat([{"role": "user", "content": "hi"}], [])
+    finally:
+        server.close()
+    assert "HTTP 401" in str(e.value) and KEY[:10] not in str(e.value)
+
+
+def test_openai_judge_error_is_redacted(monkeypatch, refusing):
+    from biocheck.rewards.judge import JudgeError, OpenAIJudge
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    judge = OpenAIJudge("m", base_url=refusing.url, max_attempts=1)
+    with pytest.raises(JudgeError) as e:
+        judge.score([("claim", Article(pmid="1", title="t", abstract="a"))])
+    assert "HTTP 401" in str(e.value) and KEY not in str(e.value) and MASK in str(e.value)
+
+
+def test_cli_error_line_is_redacted(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(f"search: {{backend: '{KEY}'}}\n")  # echoed back by the config error
+    r = runner.invoke(app, ["search", "x"])
+    assert r.exit_code == 1 and "error:" in r.output and MASK in r.output and KEY not in r.output
+
+
+def test_log_lines_are_redacted(monkeypatch, caplog):
+    from biocheck.secrets import RedactingFilter
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    record = logging.LogRecord("biocheck.x", logging.WARNING, __file__, 1, "server said %s", (f"bad key {KEY}",), None)
+    assert RedactingFilter().filter(record) and record.getMessage() == f"server said bad key {MASK}"
+    # and `biocheck` puts the filter on the handlers it logs through
+    runner.invoke(app, ["version"])
+    caplog.set_level(logging.INFO)
+    logging.getLogger("biocheck.test").warning("echo %s", KEY)
+    assert KEY not in caplog.text and MASK in caplog.text
+
+
+def test_tracking_never_stores_a_secret(monkeypatch, tmp_path):
+    import mlflow
+
+    from biocheck import tracking
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "a.json").write_text(json.dumps({"stop_reason": f"llm_error: {KEY}"}))
+    (tmp_path / "traces" / "blob.bin").write_bytes(b"\x00\xff" + KEY.encode())
+    with tracking.run("check", params={"llm": f"openai:{KEY}"}, tags={"note": KEY}) as active:
+        tracking.log_metrics({f"stop.{KEY}": 1, "episodes": 2})
+        tracking.log_artifacts(tmp_path / "traces", artifact_path="traces")
+    run = mlflow.MlflowClient().get_run(active.info.run_id)
+    assert run.data.metrics["episodes"] == 2 and run.data.params["llm"] == f"openai:{MASK}"
+    assert KEY not in str(run.data)
+    stored = {Path(a.path).name for a in mlflow.MlflowClient().list_artifacts(active.info.run_id, "traces")}
+    assert stored == {"a.json"}  # the binary file holding the key is refused, the JSON redacted
+    _assert_nowhere(tmp_path / "mlflow.db", tmp_path / "mlruns", tmp_path / "mlartifacts")
+
+
+def _assert_nowhere(*paths: Path) -> int:
+    """No file under `paths` holds the key; returns how many files were searched."""
+    files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()]
+    leaks = [str(f) for f in files if KEY.encode() in f.read_bytes()]
+    assert not leaks, leaks
+    return len(files)
+
+
+def test_a_key_echoed_by_the_server_reaches_no_output(evidence_workdir, refusing, monkeypatch, caplog):
+    """`OPENAI_API_KEY=... biocheck check --claims F --out D --llm openai:m --mlflow` against a 401 server."""
+    import mlflow
+
+    workdir = evidence_workdir
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", refusing.url)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
+    (workdir / "claims.jsonl").write_text('{"id": "a", "claim": "Vitamin D prevents fractures."}\n')
+    r = runner.invoke(app, ["check", "--claims", "claims.jsonl", "--out", "out", "--llm", "openai:m", "--mlflow"])
+    assert r.exit_code == 0, r.output  # a dead server ends the episode, not the batch
+    trace = json.loads((workdir / "out" / "a.json").read_text())
+    assert trace["stop_reason"].startswith("llm_error:") and "HTTP 401" in trace["stop_reason"]
+    assert MASK in trace["stop_reason"]  # the error is kept, only the key is blanked
+    run = mlflow.search_runs(experiment_names=["biocheck"], filter_string="tags.stage = 'check'",
+                             output_format="list")[0]
+    assert "traces/a.json" in [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "traces")]
+    assert KEY not in r.output and KEY not in caplog.text
+    assert _assert_nowhere(workdir) >= 4  # traces, summary.json, mlflow.db and the artifact copies
