@@ -315,18 +315,25 @@ def test_the_empty_claims_message_says_how_to_write_one(workdir):
 
 # -- which model: the selected checkpoint by default, named in the report and on stderr ---------------------------
 
-def _selected(workdir, tiny_model, step: int = 30):
+def _selected(workdir, model=None, step: int = 30):
+    """models/selected as `biocheck select` leaves it: a copy of `model`, or (never loaded) just its file names."""
     import shutil
 
     selected = workdir / "models" / "selected"
-    shutil.copytree(tiny_model, selected)
+    if model is not None:
+        shutil.copytree(model, selected)
+    else:
+        selected.mkdir(parents=True)
+        for name in ("config.json", "model.safetensors"):
+            (selected / name).write_text("{}")
     (selected / "selection.json").write_text(json.dumps({"step": step, "eval_reward": 0.5}))
     return selected
 
 
 def test_after_select_check_uses_the_selected_checkpoint_and_names_it(workdir, tiny_model):
     _selected(workdir, tiny_model, step=30)
-    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--max-searches", "1"])
+    _params(workdir, max_new_tokens=4)  # the random model's words are not the point: keep it quick
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--max-searches", "0"])
     assert r.exit_code == 0, r.output
     model_lines = [x for x in r.stdout.splitlines() if x.startswith("**Model:**")]
     assert model_lines and model_lines[0].startswith(
@@ -334,8 +341,8 @@ def test_after_select_check_uses_the_selected_checkpoint_and_names_it(workdir, t
     assert "models/selected" in r.stderr and "selected checkpoint" in r.stderr
 
 
-def test_an_explicit_llm_beats_the_selected_checkpoint(workdir, tiny_model):
-    _selected(workdir, tiny_model)
+def test_an_explicit_llm_beats_the_selected_checkpoint(workdir):
+    _selected(workdir)
     r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json",
                             "--format", "json"])
     assert r.exit_code == 0, r.output
@@ -343,9 +350,36 @@ def test_an_explicit_llm_beats_the_selected_checkpoint(workdir, tiny_model):
     assert "models/selected" not in r.stderr
 
 
-def test_a_non_default_agent_llm_in_params_beats_the_selected_checkpoint(workdir, tiny_model):
-    _selected(workdir, tiny_model)
+def test_a_non_default_agent_llm_in_params_beats_the_selected_checkpoint(workdir):
+    _selected(workdir)
     _params(workdir, llm="scripted:script.json")
     r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--format", "html"])
     assert r.exit_code == 0, r.output
     assert "model: scripted:script.json" in r.stdout and "models/selected" not in r.stdout
+
+
+@pytest.mark.parametrize("files", [[], ["config.json"], ["model.safetensors"], ["selection.json"]])
+def test_without_a_model_in_the_selected_folder_agent_llm_is_kept(workdir, files):
+    (workdir / "models" / "selected").mkdir(parents=True)
+    for name in files:
+        (workdir / "models" / "selected" / name).write_text("{}")
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures."])
+    line = assert_one_clear_line(r, "models/base")  # the quickstart's base model, not built in this folder
+    assert "models/selected" not in line
+
+
+def test_choose_llm_order(workdir):
+    from pathlib import Path
+
+    from biocheck.agent.run import choose_llm
+
+    selected = _selected(workdir)
+    assert choose_llm(None, "transformers:models/base", selected) == (
+        f"transformers:{selected.as_posix()}", "the selected checkpoint (biocheck select)")
+    assert choose_llm(None, None, selected)[0] == f"transformers:{selected.as_posix()}"
+    assert choose_llm("scripted:s.json", None, selected)[0] == "scripted:s.json"
+    empty = Path("/nonexistent/selected")
+    assert choose_llm("scripted:s.json", "openai:x", empty) == ("scripted:s.json", "--llm")
+    assert choose_llm(None, "openai:x", empty) == (None, "agent.llm")
+    assert choose_llm(None, "transformers:models/base", empty)[0] is None
+    assert choose_llm(None, None, empty)[0] is None

@@ -155,12 +155,12 @@ def test_a_key_echoed_by_the_server_reaches_no_output(evidence_workdir, refusing
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
     (workdir / "claims.jsonl").write_text('{"id": "a", "claim": "Vitamin D prevents fractures."}\n')
     r = runner.invoke(app, ["check", "--claims", "claims.jsonl", "--out", "out", "--llm", "openai:m", "--mlflow"])
-    assert r.exit_code == 0, r.output  # a dead server ends the episode, not the batch
-    trace = json.loads((workdir / "out" / "a.json").read_text())
-    assert trace["stop_reason"].startswith("llm_error:") and "HTTP 401" in trace["stop_reason"]
-    assert MASK in trace["stop_reason"]  # the error is kept, only the key is blanked
+    # the failure itself is reported (on stderr and in what the batch wrote), only the key is blanked
+    assert "HTTP 401" in r.output and f"Incorrect API key provided: {MASK}" in r.output
+    written = " ".join(f.read_text() for f in (workdir / "out").glob("*.json"))
+    assert "HTTP 401" in written and f"Incorrect API key provided: {MASK}" in written
     run = mlflow.search_runs(experiment_names=["biocheck"], filter_string="tags.stage = 'check'",
                              output_format="list")[0]
-    assert "traces/a.json" in [a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "traces")]
+    assert mlflow.MlflowClient().list_artifacts(run.info.run_id, "traces")  # the batch's files were logged
     assert KEY not in r.output and KEY not in caplog.text
-    assert _assert_nowhere(workdir) >= 4  # traces, summary.json, mlflow.db and the artifact copies
+    assert _assert_nowhere(workdir) >= 4  # traces/summary.json, mlflow.db and the artifact copies

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -539,11 +540,12 @@ class _Wiring:
         return [{"role": "assistant", "content": f"demo of {record.id}"}]
 
     def _make_trainer(self, model, tokenizer, cfg, train_ds, eval_ds, env_factory, bank, max_tool_iters, report_to,
-                      callbacks=None):
+                      callbacks=None, progress=True):
         trainer = _Trainer(self.history, self.steps)
         self.trainers.append({"model": model, "tokenizer": tokenizer, "cfg": cfg, "train_ds": train_ds,
                               "eval_ds": eval_ds, "env_factory": env_factory, "bank": bank,
                               "max_tool_iters": max_tool_iters, "report_to": report_to, "callbacks": callbacks,
+                              "progress": progress,
                               "trainer": trainer})
         return trainer
 
@@ -611,7 +613,7 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     assert isinstance(t["bank"], RewardBank) and t["bank"].cfg == c.reward and t["bank"].judge is wiring.judge
     assert wiring.judges == [("openai:judge-x", 8, wiring.tmp / "judge.sqlite")]
     assert t["max_tool_iters"] == 2 + 1  # the search budget plus the refusals after it
-    assert t["report_to"] == ["mlflow"]
+    assert t["report_to"] == ["mlflow"] and t["progress"] is True
     [cb] = t["callbacks"]
     assert isinstance(cb, SampleEpisodes) and cb.bank is t["bank"] and (cb.n, cb.every) == (3, 2 * 5)
     assert t["trainer"].resumed == [None]
@@ -639,6 +641,7 @@ def test_train_resumes_and_reuses_the_sft_weights(wiring):
     assert len(wiring.sft) == 1  # the SFT weights are there: not trained again
     assert wiring.loads == [("tokenizer", sft_dir), ("model", sft_dir)]
     t = wiring.trainers[-1]
+    assert t["progress"] is False  # --no-progress reaches the trainer's console output
     assert t["trainer"].resumed == [str(out / "checkpoint-2")] and t["report_to"] == []
     assert len(wiring.metrics) == 1  # tracking off: no SFT numbers logged this time
     assert stats == {"steps": 3, "train_loss": 0.125, "resumed_from": str(out / "checkpoint-2"),
@@ -691,8 +694,7 @@ def project(tmp_path, raw_dir, tiny_model):
 
 RUN = """
 import sys, time
-from biocheck.config import load_params
-from biocheck.train.stage import train
+from biocheck.pipeline import train_stage
 import transformers
 
 class Slow(transformers.TrainerCallback):  # lets the test kill the run between checkpoints
@@ -702,7 +704,7 @@ class Slow(transformers.TrainerCallback):  # lets the test kill the run between 
 import biocheck.train.grpo as g
 orig = g.make_trainer
 g.make_trainer = lambda *a, **k: orig(*a, **{**k, "callbacks": (k.get("callbacks") or []) + [Slow()]})
-print("STATS", train(load_params(sys.argv[1]), progress=False), flush=True)
+print("STATS", train_stage(sys.argv[1], progress=False), flush=True)
 """
 
 

@@ -15,7 +15,7 @@ from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.data.schema import ClaimRecord
 from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.train.dataset import to_rows
-from biocheck.train.env import SearchEnv, make_env
+from biocheck.train.env import SearchEnv, ToolTable, make_env
 from tests.test_agent import REPORT, search
 
 CLAIM = "Vitamin D prevents fractures."
@@ -30,8 +30,9 @@ def trl_tools(env: SearchEnv) -> dict:
 def trl_conversation(env: SearchEnv, prompt: list[dict], turns: list[dict], max_iterations: int) -> list[dict]:
     """What GRPOTrainer._tool_call_loop (TRL 1.16) builds: assistant turns, then {"role": "tool", "name",
     "content"} from calling the environment's methods, for at most max_tool_calling_iterations rounds.
-    A name that is not a tool, or a call that raises, reads TRL's own {"error": ...} text."""
-    tools = trl_tools(env)
+    A call that raises reads TRL's own {"error": ...} text; BioCheckGRPOTrainer gives TRL a ToolTable, so a
+    name that is not a tool goes to the env's budget as in the agent."""
+    tools = ToolTable(trl_tools(env), env)
     msgs = list(prompt)
     for i, turn in enumerate(turns):
         calls = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
@@ -93,9 +94,6 @@ def test_training_and_inference_render_the_same_text(evidence, tokenizer, n_sear
     assert b.searches == ep.searches == min(n_searches + 2, budget)
 
 
-@pytest.mark.xfail(strict=True, reason="TRL answers a call to an unknown tool itself ({'error': 'Tool google not "
-                                       "found.'}) and never hands it to the env, so it costs no search in training; "
-                                       "the agent's SearchBudget charges it and says 'Unknown tool ...'")
 def test_an_unknown_tool_reads_the_same_in_training_and_inference(evidence):
     turns = [{"tool_calls": [{"name": "google", "arguments": {"query": "x"}}]}, search("coffee"), {"content": REPORT}]
     _, ep, env, trl = both(evidence, turns, budget=1)
@@ -115,3 +113,38 @@ def test_env_resets_between_rollouts(evidence):
     env.reset(claim="x", label="SUPPORTED")
     b = env.budget
     assert b.searches == 0 and b.ledger == {} and b.queries == [] and env.row["label"] == "SUPPORTED"
+
+
+def test_the_trainer_routes_unknown_tools_to_each_rollouts_budget(evidence):
+    """BioCheckGRPOTrainer's tool round sees ToolTables: TRL's `name in tools` / `tools[name](**args)` then reach
+    the env's SearchBudget for a name it does not have, per rollout, and only for our environments."""
+    from biocheck.agent.prompts import Prompts
+    from biocheck.train.grpo import UnknownToolsMixin
+
+    seen = []
+
+    class Base:
+        def _tool_call_loop(self, *args, **kwargs):
+            seen.append((args, kwargs, list(self._sync_tool_dicts)))
+            return "done"
+
+    class Trainer(UnknownToolsMixin, Base):
+        pass
+
+    cfg, _ = evidence
+    tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store, max_results=2))
+    envs = [make_env(tool, Prompts(max_searches=1, papers_per_search=2), 1) for _ in range(2)]
+    t = Trainer()
+    t.environments = [*envs, object()]
+    t._sync_tool_dicts = [trl_tools(e) for e in envs] + [{"other": len}]
+    assert t._tool_call_loop(1, k=2) == "done"
+    [(args, kwargs, tables)] = seen
+    assert (args, kwargs) == ((1,), {"k": 2})
+    assert [type(x) for x in tables] == [ToolTable, ToolTable, dict]  # a foreign environment keeps TRL's dict
+    assert "google" in tables[0] and "google" not in tables[2]
+    text = tables[0]["google"](query="x")
+    assert text.startswith("Unknown tool 'google'") and envs[0].budget.searches == 1 and envs[1].budget.searches == 0
+    tables[1]["search_pubmed"](query="coffee")  # the env's own tool is TRL's bound method, untouched
+    assert envs[1].budget.query_texts() == ["coffee"] and envs[0].budget.queries == []
+    t._tool_call_loop()
+    assert seen[-1][2][0] is tables[0]  # installed once, not wrapped again each round

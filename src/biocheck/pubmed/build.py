@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import itertools
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,8 @@ from biocheck.io import InputError, write_json_atomic
 from biocheck.pubmed.types import Article
 
 log = logging.getLogger(__name__)
+
+MAX_THREADS = 8  # tantivy's writer uses at most 8 indexing threads
 
 
 @dataclass
@@ -40,6 +43,25 @@ class EvidenceConfig:
         self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
         if isinstance(self.baseline, str):
             self.baseline = [self.baseline]
+        if not isinstance(self.baseline, list) or not all(isinstance(b, str) for b in self.baseline):
+            raise ValueError(f"evidence.baseline: must be a list of file paths or globs, got {self.baseline!r}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
+            raise ValueError(f"evidence.threads: {self.threads!r} must be an integer between 1 and {MAX_THREADS} "
+                             "(indexing threads)")
+        if not isinstance(self.corpus_source, str) or not self.corpus_source.strip():
+            raise ValueError(f"evidence.corpus_source: {self.corpus_source!r} must name the corpus "
+                             "(e.g. corpus:scifact)")
+        # A rebuild replaces index_dir as a whole: anything kept inside it would be deleted.
+        for key in ("store", "corpus", "metrics_path"):
+            inside = getattr(self, key)
+            if inside is not None and _within(inside, self.index_dir):
+                raise ValueError(f"evidence.{key}: {inside} is inside evidence.index_dir ({self.index_dir}), "
+                                 "which every build replaces; put it elsewhere")
+
+
+def _within(path: Path, folder: Path) -> bool:
+    path, folder = Path(os.path.abspath(path)), Path(os.path.abspath(folder))
+    return path == folder or folder in path.parents
 
 
 def baseline_files(patterns: list[str]) -> list[Path]:
@@ -98,3 +120,26 @@ def build_evidence(cfg: EvidenceConfig | None = None) -> dict:
     if cfg.metrics_path:
         write_json_atomic(cfg.metrics_path, stats)
     return stats
+
+
+def evidence_stats(index_dir: Path, store: Path) -> dict:
+    """`biocheck evidence stats`: the index's and the store's numbers.
+
+    A part that does not exist yet is reported as {"error": ...} in the output; a damaged one
+    raises (IndexUnavailable, StoreError: both SearchErrors) with one line saying how to fix it.
+    """
+    from biocheck.pubmed.local import IndexMissing, LocalIndex
+    from biocheck.pubmed.store import EvidenceStore, resolve_path
+
+    out: dict = {}
+    try:
+        out["index"] = LocalIndex.open(Path(index_dir)).stats()
+    except IndexMissing as e:
+        out["index"] = {"error": str(e)}
+    store_file = resolve_path(store)
+    if store_file.exists():
+        with EvidenceStore(store_file) as evidence:
+            out["store"] = evidence.stats()
+    else:  # looking must not create it
+        out["store"] = {"error": f"no evidence store at {store_file}; `biocheck evidence build` creates it"}
+    return out

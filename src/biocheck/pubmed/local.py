@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from collections import Counter
@@ -28,26 +27,44 @@ from typing import Any, Literal
 import tantivy
 from tqdm import tqdm
 
+from biocheck.io import InputError
 from biocheck.pubmed import local_schema as S
 from biocheck.pubmed.corpus import articles_from_corpus
 from biocheck.pubmed.local_analysis import register
 from biocheck.pubmed.local_compile import Compiled, QueryCompiler
+from biocheck.pubmed.local_files import DamagedFile, check_files, looks_like_index, staging_dir
 from biocheck.pubmed.query import MAX_QUERY_CHARS, parse, to_string
 from biocheck.pubmed.types import Article, SearchError, SearchResult
 
-__all__ = ["LocalIndex", "articles_from_corpus"]
+__all__ = ["IndexMissing", "IndexUnavailable", "LocalIndex", "NotAnIndex", "articles_from_corpus"]
 
 log = logging.getLogger(__name__)
 
 META_FILE = "biocheck_index.json"
 FORMAT_VERSION = 2  # bump when the schema or analyzers change: old indexes must be rebuilt
-MAX_N = 1000
+MAX_N = 10_000  # as many as PubMed's esearch returns
+REBUILD = "rebuild it with `biocheck evidence build` (or `dvc repro -f -s evidence`)"
 BM25 = {
     "variant": "tantivy (Lucene-style) BM25, idf = ln(1 + (N - df + 0.5) / (df + 0.5))",
     "k1": 1.2,
     "b": 0.75,
 }
 _TIE_FETCH_LIMIT = 5000  # enough candidates to order score ties by pmid
+
+
+class IndexUnavailable(SearchError, ValueError):
+    """The index at a path cannot be used (damaged, another format); the message says how to fix it.
+
+    Also a ValueError, as `open` raised before it had its own class.
+    """
+
+
+class IndexMissing(IndexUnavailable, FileNotFoundError):
+    """No index at the path at all."""
+
+
+class NotAnIndex(InputError, FileExistsError):
+    """`build` refuses to replace a directory that holds something other than an index."""
 
 
 class LocalIndex:
@@ -90,10 +107,8 @@ class LocalIndex:
             return cls(index, None, _build_meta(count, started))
         path = Path(path)
         _check_replaceable(path)
-        staging = path.with_name(f".{path.name}.building-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        try:
+        # The staging folder is removed on failure; one left by a killed build is removed here.
+        with staging_dir(path) as staging:
             index = tantivy.Index(S.build_schema(), path=str(staging), reuse=False)
             register(index)
             count = _write(index, articles, upsert=False, progress=progress, threads=threads, heap_mb=heap_mb)
@@ -103,36 +118,50 @@ class LocalIndex:
             if path.exists():
                 shutil.rmtree(path)
             staging.rename(path)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         log.info("Indexed %d articles in %.1fs into %s", count, meta["build_seconds"], path)
         return cls.open(path)
 
     @classmethod
-    def open(cls, path: Path) -> LocalIndex:
-        """Open an index written by ``build``; raises FileNotFoundError/ValueError with a hint."""
+    def open(cls, path: Path, verify: bool = True) -> LocalIndex:
+        """Open an index written by ``build``.
+
+        Raises IndexMissing or IndexUnavailable (a damaged file, another format or tantivy
+        version), whose message names the path and how to rebuild. ``verify`` checks every
+        segment file's checksum first (one read of the index), so damage is found here and not
+        as a crash in the middle of a search.
+        """
         path = Path(path)
         meta_file = path / META_FILE
         if not meta_file.is_file():
-            raise FileNotFoundError(f"No local search index at {path} (missing {META_FILE}); build it first")
-        meta = json.loads(meta_file.read_text())
-        if meta.get("format") != FORMAT_VERSION:
-            raise ValueError(
-                f"Local index at {path} has format {meta.get('format')}, this code reads {FORMAT_VERSION}; "
-                "rebuild it"
+            raise IndexMissing(f"No local search index at {path} (missing {META_FILE}); build it with "
+                               "`biocheck evidence build` (or `dvc repro evidence`)")
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+            stored_format = meta.get("format")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise IndexUnavailable(f"Local index at {path} is damaged ({META_FILE}: {_brief(exc)}); {REBUILD}") from None
+        if stored_format != FORMAT_VERSION:
+            raise IndexUnavailable(
+                f"Local index at {path} has format {stored_format}, this code reads {FORMAT_VERSION}; {REBUILD}"
             )
         started = time.perf_counter()
         try:
+            if verify:
+                check_files(path)
             index = tantivy.Index.open(str(path))
-        except (ValueError, OSError) as exc:
+        except (DamagedFile, OSError) as exc:
+            raise IndexUnavailable(f"Local index at {path} is damaged ({_brief(exc)}); {REBUILD}") from None
+        except ValueError as exc:
             built_with = meta.get("tantivy_version")
-            raise ValueError(
-                f"Cannot open local index at {path} (built with tantivy {built_with}, "
-                f"running {version('tantivy')}): {exc}; rebuild it"
-            ) from exc
+            raise IndexUnavailable(
+                f"Cannot open local index at {path} (built with tantivy {built_with}, running "
+                f"{version('tantivy')}): {_brief(exc)}; {REBUILD}"
+            ) from None
         register(index)
-        opened = cls(index, path, meta)
+        try:
+            opened = cls(index, path, meta)
+        except (ValueError, OSError) as exc:
+            raise IndexUnavailable(f"Local index at {path} is damaged ({_brief(exc)}); {REBUILD}") from None
         opened._meta["open_seconds"] = round(time.perf_counter() - started, 4)
         return opened
 
@@ -179,9 +208,14 @@ class LocalIndex:
                 compiled = view.compiler.free_text(query)
             addresses, total = _top(view.searcher, compiled, n, count=mode == "boolean")
             articles = [S.from_document(view.searcher.doc(address)) for address in addresses]
-        except (ValueError, OSError) as exc:  # tantivy reports its failures as these
-            log.exception("Local search failed for %r", query)
-            raise SearchError(f"Local search failed: {exc}") from exc
+        except SearchError:
+            raise
+        except BaseException as exc:  # tantivy reports failures as ValueError/OSError, or panics
+            if not isinstance(exc, (ValueError, OSError)) and type(exc).__name__ != "PanicException":
+                raise
+            log.debug("Local search failed for %r", query, exc_info=True)
+            where = f"; the index at {self._path} may be damaged: {REBUILD}" if self._path else ""
+            raise SearchError(f"Local search failed ({_brief(exc)}){where}") from None
         return SearchResult(
             query=query,
             backend="local",
@@ -261,8 +295,18 @@ def _top(
 
 
 def _check_replaceable(path: Path) -> None:
-    if path.exists() and not (path / META_FILE).is_file() and any(path.iterdir()):
-        raise FileExistsError(f"{path} exists and is not a local search index; refusing to overwrite it")
+    """An index, even a damaged one, is replaced; anything else is a wrong path, never wiped."""
+    if not path.exists():
+        return
+    if not path.is_dir() or not ((path / META_FILE).is_file() or looks_like_index(path)):
+        raise NotAnIndex(f"{path} exists and is not a local search index; refusing to overwrite it "
+                         "(check evidence.index_dir)")
+
+
+def _brief(exc: BaseException, limit: int = 240) -> str:
+    """An exception's text on one line, cut short: tantivy's can span lines and run long."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _build_meta(count: int, started: float) -> dict[str, Any]:

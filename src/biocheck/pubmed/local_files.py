@@ -81,6 +81,7 @@ def looks_like_index(path: Path) -> bool:
 @contextmanager
 def staging_dir(path: Path) -> Iterator[Path]:
     """A new, empty, locked staging folder for a build of `path`; removed on exit unless moved away."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(path)
     staging = path.with_name(f".{path.name}.building-{os.getpid()}")
     lock = _lock_file(staging)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tqdm.auto import tqdm
 from transformers import TrainerCallback

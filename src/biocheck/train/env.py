@@ -60,6 +60,26 @@ def env_class(papers: int) -> type[SearchEnv]:
     return type("SearchEnv", (SearchEnv,), {"search_pubmed": search_pubmed, "__doc__": SearchEnv.__doc__})
 
 
+class ToolTable(dict):
+    """TRL's per-rollout tool dict with every other name routed to the env's budget.
+
+    TRL answers a call to an unknown tool itself ({"error": "Tool google not found."}) and never tells the
+    environment, so in training such a call would cost no search and never bring the intervention, while
+    the agent charges it and answers "Unknown tool ...". With this table the env's SearchBudget decides,
+    exactly as in the agent (`BioCheckGRPOTrainer` installs it before each tool round).
+    """
+
+    def __init__(self, tools: dict[str, Any], env: SearchEnv) -> None:
+        super().__init__(tools)
+        self.env = env
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str):
+        return lambda **args: self.env.budget.call(name, args)
+
+
 def make_env(tool, prompts: Prompts, max_searches: int, abstract_chars: int | None = None) -> SearchEnv:
     return env_class(prompts.papers_per_search)(tool, prompts, max_searches, abstract_chars)
 

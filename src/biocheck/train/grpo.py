@@ -3,8 +3,9 @@
 Choice: TRL's built-in multi-turn tool loop (`environment_factory`, see env.py) rather than a
 custom `rollout_func`: TRL then owns generation (transformers or vLLM), token bookkeeping and the
 tool mask (tool-result tokens get loss weight 0), and our environment supplies exactly the agent's
-tool, texts and budget. tests/test_train.py proves the parity: for a scripted episode, the text the
-policy sees in training equals what `biocheck check` renders.
+tool step (agent/budget.py). tests/test_train_parity.py proves the parity: for a scripted episode, the
+text the policy sees in training equals what `biocheck check` renders; tests/test_search_budget.py drives
+both adapters with the same calls.
 """
 
 from __future__ import annotations
@@ -75,6 +76,19 @@ class TrainConfig:
             max_tool_calling_iterations=max_tool_calling_iterations,
             use_cpu=not torch.cuda.is_available(), report_to=report_to, save_only_model=False,
             log_completions=False, remove_unused_columns=False, **kwargs)
+
+
+class UnknownToolsMixin:
+    """Before each tool round, route tool names the env does not have to its SearchBudget (see env.ToolTable)."""
+
+    def _tool_call_loop(self, *args, **kwargs):  # type: ignore[override]
+        from biocheck.train.env import SearchEnv, ToolTable
+
+        envs = getattr(self, "environments", None) or []
+        tables = getattr(self, "_sync_tool_dicts", None) or []
+        self._sync_tool_dicts = [ToolTable(t, e) if isinstance(e, SearchEnv) and not isinstance(t, ToolTable) else t
+                                 for t, e in zip(tables, envs, strict=False)] + tables[len(envs):]
+        return super()._tool_call_loop(*args, **kwargs)
 
 
 class TimedMixin:
@@ -160,7 +174,7 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
 
     from biocheck.train.callbacks import TrainProgress
 
-    class BioCheckGRPOTrainer(ConsoleMixin, TimedMixin, GRPOTrainer):
+    class BioCheckGRPOTrainer(ConsoleMixin, TimedMixin, UnknownToolsMixin, GRPOTrainer):
         console = TrainProgress(bar=progress, every=progress_every(cfg))
 
     args = cfg.grpo_config(cfg.out_dir, max_tool_iters, report_to)
@@ -175,5 +189,5 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
                                peft_config=peft_config, callbacks=callbacks or [])
 
 
-__all__ = ["TrainConfig", "make_trainer", "progress_every", "prepare_out_dir", "complete_checkpoints", "latest_checkpoint",
-           "fingerprint_inputs"]
+__all__ = ["TrainConfig", "make_trainer", "progress_every", "prepare_out_dir", "complete_checkpoints",
+           "latest_checkpoint", "fingerprint_inputs"]

@@ -101,7 +101,8 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
         trainer = make_trainer(model, tokenizer, cfg, to_dataset(train_recs, prompts), to_dataset(val_recs, prompts),
                                env_factory(tool, prompts, agent_cfg.max_searches, agent_cfg.abstract_chars), bank,
                                agent_cfg.max_searches + agent_cfg.max_refusals, report_to,
-                               callbacks=[SampleEpisodes(bank, n=cfg.sample_episodes, every=cfg.logging_steps * 5)])
+                               callbacks=[SampleEpisodes(bank, n=cfg.sample_episodes, every=cfg.logging_steps * 5)],
+                               progress=progress)
         if resume:
             log.info("resuming from %s", resume)
         result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
