@@ -9,15 +9,14 @@ from dataclasses import asdict
 
 import pytest
 
-from biocheck.agent import run as run_mod
 from biocheck.agent.episode import Agent, AgentConfig, Episode, QueryRecord
 from biocheck.agent.llm import GenerationConfig
 from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
-from biocheck.pipeline import make_agent
 from biocheck.agent.run import read_claims, run_batch, summarize, trace_path, write_trace
 from biocheck.io import InputError
 from biocheck.labels import Label
+from biocheck.pipeline import make_agent
 from biocheck.pubmed.search import SearchConfig
 from tests.test_agent import REPORT
 from tests.test_loop_graph import A1, A1_EDITED, A2, TABLE, TableTool, calls

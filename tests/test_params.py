@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import json
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,22 @@ ACCEPTED = {
 # A key read only when its twin in another section is absent (one path, one key: see
 # test_paths_shared_between_stages_come_from_one_key). It parses and does nothing: pipeline.py should
 # reject it when set; then these pass and the marks go.
-SHADOWED = {("fetch", "raw_dir"), ("validate", "prepared_dir"), ("search", "index_dir"), ("search", "store")}
+SHARED = {("fetch", "raw_dir"): "data.raw_dir", ("validate", "prepared_dir"): "data.out_dir",
+          ("search", "index_dir"): "evidence.index_dir", ("search", "store"): "evidence.store"}
+
+
+@pytest.mark.parametrize("where, owner", SHARED.items(), ids=lambda x: ".".join(x) if isinstance(x, tuple) else x)
+def test_a_path_two_stages_share_is_one_key(where, owner):
+    """Set in its own section too, it would be silently overridden: it is an error naming both keys."""
+    section, key = where
+    params = profile("quickstart")
+    params.setdefault(section, {})[key] = "somewhere/else"
+    with pytest.raises(InputError, match=rf"{section}\.{key} is not a key of its own: it is {owner.replace('.', '[.]')}"):
+        build_all(params)
+    params[section].pop(key)
+    owner_section, owner_key = owner.split(".")
+    params[owner_section][owner_key] = "moved/here"
+    assert "moved/here" in json.dumps(build_all(params), default=str)  # the owner's value reaches the config
 
 
 def _accepted_keys() -> list:
@@ -143,8 +159,7 @@ def _accepted_keys() -> list:
             out.append((section, f.name, _plain(default)))
     judge = pl.JudgeConfig()
     out += [("reward", key, _plain(getattr(judge, field))) for key, field in pl.JUDGE_KEYS.items()]
-    shadowed = pytest.mark.xfail(strict=True, reason="overridden by another section's key; pipeline should reject it")
-    return [pytest.param(*x, id=f"{x[0]}.{x[1]}", marks=[shadowed] if x[:2] in SHADOWED else []) for x in out]
+    return [pytest.param(*x, id=f"{x[0]}.{x[1]}") for x in out]
 
 
 @pytest.mark.parametrize("section, key, default", _accepted_keys())

@@ -18,13 +18,13 @@ import yaml
 from biocheck.agent.prompts import Prompts
 from biocheck.io import InputError
 from biocheck.labels import Label
+from biocheck.pipeline import train_setup
 from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.rewards.components import EpisodeView, RewardConfig, score_many
 from biocheck.train.env import SearchEnv, env_class
 from biocheck.train.grpo import TrainConfig, latest_checkpoint, prepare_out_dir
 from biocheck.train.reward_funcs import COMPONENTS, RewardBank
 from biocheck.train.select import SelectConfig, checkpoint_table, choose, select
-from biocheck.pipeline import train_setup
 from biocheck.train.stage import run_key
 from tests.conftest import REPO
 from tests.test_agent import REPORT

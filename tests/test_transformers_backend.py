@@ -265,3 +265,20 @@ def test_missing_model_is_a_clear_llm_error(tmp_path):
 def test_dir_without_a_model_is_an_llm_error(tmp_path):
     with pytest.raises(LLMError, match="could not load"):
         TransformersChat(str(tmp_path))
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"max_position_embeddings": 2048, "n_positions": 1024}, 2048),
+    ({"n_positions": 1024}, 1024),  # GPT-2 style
+    ({"max_sequence_length": 512}, 512),
+    ({"seq_length": 8192}, 8192),
+    ({"max_position_embeddings": None, "n_positions": 64}, 64),
+    ({}, None),
+    ({"max_position_embeddings": 0}, None),
+])
+def test_the_context_length_is_read_whatever_the_config_calls_it(config, expected):
+    from types import SimpleNamespace
+
+    from biocheck.agent.llm.transformers_backend import context_length
+
+    assert context_length(SimpleNamespace(**config)) == expected

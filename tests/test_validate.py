@@ -31,6 +31,16 @@ def _rewrite(path: Path, mutate) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def _rewrite_everywhere(prepared: Path, dataset: str, mutate) -> None:
+    """Apply `mutate(rows)` to the full file and, record by record, to the working files (by id)."""
+    full = prepared / "full" / f"{dataset}.jsonl"
+    before = {r["id"]: r for r in (json.loads(x) for x in full.read_text().splitlines())}
+    _rewrite(full, mutate)
+    after = {r["id"]: r for r in (json.loads(x) for x in full.read_text().splitlines())}
+    for path in (prepared / dataset).glob("*.jsonl"):
+        _rewrite(path, lambda rows: [r.update(after[r["id"]]) for r in rows if before[r["id"]] != after[r["id"]]])
+
+
 def _failed(result) -> list[tuple[str, str | None, str]]:
     return [(c["table"], c["column"], c["rule"]) for c in result.failures]
 
@@ -133,9 +143,11 @@ def test_duplicate_corpus_id_is_named(prepared, tmp_path):
 def test_bad_corpus_record_is_named(prepared, tmp_path, field, value, column, rule, named):
     _rewrite(prepared / "corpus.jsonl", lambda rows: rows[2].update({field: value}))  # doc 103
     result, cfg = _validate(prepared, tmp_path)
-    assert _failed(result) == [("corpus", column, rule)]
+    # Without an abstract, the gold sentences that point into doc 103 point nowhere.
+    gold = [("scifact/evidence", "bad_sentences", "expect_column_values_to_be_null")] if field == "abstract" else []
+    assert _failed(result) == [("corpus", column, rule), *gold]
     assert named in _summary_line(result, "corpus")
-    assert json.loads(cfg.report_path.read_text())["n_failed"] == 1  # the report is plain JSON
+    assert json.loads(cfg.report_path.read_text())["n_failed"] == 1 + len(gold)  # the report is plain JSON
 
 
 def test_corpus_record_without_id_fails(prepared, tmp_path):
@@ -170,8 +182,7 @@ def test_null_required_value_is_caught(prepared, tmp_path, column):
 def test_claim_length_bounds_are_inclusive(prepared, tmp_path, extra, ok):
     cfg = ValidateConfig()
     short, long = "s" * (cfg.claim_min_chars + extra), "x" * (cfg.claim_max_chars - extra)
-    _rewrite(prepared / "full" / "healthfc.jsonl", lambda rows: [rows[1].update(claim=short),
-                                                                 rows[2].update(claim=long)])
+    _rewrite_everywhere(prepared, "healthfc", lambda rows: [rows[1].update(claim=short), rows[2].update(claim=long)])
     result, _ = _validate(prepared, tmp_path, claim_min_chars=cfg.claim_min_chars,
                           claim_max_chars=cfg.claim_max_chars)
     if ok:
@@ -219,8 +230,8 @@ def test_working_split_in_wrong_file_is_caught(prepared, tmp_path):
 def test_working_rows_get_the_claim_rules_too(prepared, tmp_path):
     _rewrite(prepared / "scifact" / "train.jsonl", lambda rows: rows[0].update(label="MAYBE"))
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("scifact/train.jsonl", "label", "expect_column_values_to_be_in_set"),
-                               ("scifact/train.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert _failed(result) == [("scifact/train.jsonl", "differs_from_full", "expect_column_values_to_be_null"),
+                               ("scifact/train.jsonl", "label", "expect_column_values_to_be_in_set")]
     assert "'MAYBE'" in _summary_line(result, "scifact/train.jsonl, column 'label'")
 
 
@@ -278,14 +289,14 @@ def test_claims_without_an_id_column_are_reported_not_a_crash(prepared, tmp_path
     capfd.readouterr()
     result, _ = _validate(prepared, tmp_path)
     failed = _failed(result)
-    for table in ("healthfc/full", "healthfc/working"):
-        assert (table, "id", "expect_column_to_exist") in failed
+    assert ("healthfc/full", "id", "expect_column_to_exist") in failed
+    assert ("healthfc/full", "dataset", "expect_column_values_to_be_in_set") not in failed  # the other rules ran
+    for table in ("healthfc/full", "healthfc/test.jsonl"):
         assert (table, "label", "expect_column_values_to_be_in_set") in failed
-        assert (table, "dataset", "expect_column_values_to_be_in_set") not in failed  # the other rules ran
-    assert ("healthfc/working", "split_id", "expect_column_values_to_be_in_set") in failed
-    assert "healthfc/full, column 'label': expect_column_values_to_be_in_set" in result.summary()
-    assert "1 of 7 rows, e.g. 'MAYBE'" in _summary_line(result, "healthfc/full, column 'label'")
-    assert not {t for t, _, _ in failed} - {"healthfc/full", "healthfc/working"}
+        assert "1 of 7 rows, e.g. 'MAYBE'" in _summary_line(result, f"{table}, column 'label'")
+    assert "7 of 7 rows, e.g. 'no id to find it by in full/healthfc.jsonl'" in _summary_line(
+        result, "healthfc/test.jsonl, column 'differs_from_full'")
+    assert not {t for t, _, _ in failed} - {"healthfc/full", "healthfc/test.jsonl"}
     assert capfd.readouterr().err == ""  # no progress bars over our own output
 
 
@@ -327,19 +338,21 @@ def test_every_working_split_prepare_writes_is_required(prepared, tmp_path):
     assert required == written
 
 
-@pytest.mark.parametrize("dataset, index, field, value, shown", [
+@pytest.mark.parametrize("dataset, index, field, value, named", [
     ("scifact", 0, "label", "REFUTED", "label 'REFUTED', full/scifact.jsonl has 'SUPPORTED'"),
-    ("healthfc", 2, "claim", "Does homeopathy cure everything?", "claim 'Does homeopathy cure everything?', "
-                                                                  "full/h..."),
+    ("healthfc", 2, "claim", "Does homeopathy cure everything?",
+     "claim 'Does homeopathy cure everything?', full/healthfc.jsonl has 'Does homeopathy cure allergies?'"),
 ])
 def test_a_working_record_that_differs_from_the_full_data_is_named(prepared, tmp_path, dataset, index, field,
-                                                                   value, shown):
+                                                                   value, named):
     path = prepared / dataset / "test.jsonl"
     rid = _rows(path)[index]["id"]
     _rewrite(path, lambda rows: rows[index].update({field: value}))
-    result, _ = _validate(prepared, tmp_path)
+    result, cfg = _validate(prepared, tmp_path)
     assert _failed(result) == [(f"{dataset}/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
-    assert f"id {rid} -> {shown!r}" in _line_with(result, f"{dataset}/test.jsonl")
+    check, = [c for c in json.loads(cfg.report_path.read_text())["checks"] if not c["success"]]
+    assert check["examples"] == [{"id": rid, "value": named}]  # the report keeps it whole
+    assert f"id {rid} -> {named[:30]}" in _line_with(result, f"{dataset}/test.jsonl").replace('"', "")
 
 
 def test_a_working_record_missing_from_the_full_data_is_named(prepared, tmp_path):
@@ -381,7 +394,7 @@ def test_a_malformed_evidence_entry_is_named_field_by_field(prepared, tmp_path):
 
 def test_a_gold_sentence_past_the_end_of_the_abstract_is_named(prepared, tmp_path):
     # doc 101 has 2 sentences (0 and 1)
-    _rewrite(prepared / "full" / "scifact.jsonl", lambda rows: rows[0]["evidence"][0].update(sentences=[1, 2]))
+    _rewrite_everywhere(prepared, "scifact", lambda rows: rows[0]["evidence"][0].update(sentences=[1, 2]))
     result, _ = _validate(prepared, tmp_path)
     assert _failed(result) == [("scifact/evidence", "bad_sentences", "expect_column_values_to_be_null")]
     assert "id 0 (gold, full/scifact.jsonl) -> 'sentence 2 of doc 101, which has 2'" in _line_with(

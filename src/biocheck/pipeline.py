@@ -42,12 +42,33 @@ def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str,
 
 # --- params -> configs -------------------------------------------------------------------------------
 
+def _shared(params: dict[str, Any], name: str, key: str, owner: str) -> dict[str, Any]:
+    """Section `name` with `key` taken from `owner` ("section.key"): one key for a path two stages share,
+    so they cannot disagree. Setting it in `name` too is an error, not silently overridden."""
+    values = raw_section(params, name)
+    if key in values:
+        raise InputError(f"{source(params)}: {name}.{key} is not a key of its own: it is {owner} (one key, so the "
+                         f"stages agree); remove {name}.{key} and set {owner}.")
+    owner_section, owner_key = owner.split(".")
+    value = raw_section(params, owner_section).get(owner_key)
+    if value is not None:
+        values[key] = value
+    return values
+
+
+def _default(params: dict[str, Any], name: str, key: str, value: Any) -> dict[str, Any]:
+    """Section `name` with `key` defaulting to `value` (derived from another section) when the file omits it."""
+    values = raw_section(params, name)
+    if key not in values and value is not None:
+        values[key] = value
+    return values
+
+
 def fetch_config(params: dict[str, Any], **overrides: Any):
     from biocheck.data.fetch import FetchConfig
 
     # Files land where `prepare` reads them: one key (data.raw_dir), not two that could disagree.
-    raw_dir = overrides.pop("raw_dir", None) or raw_section(params, "data").get("raw_dir")
-    cfg = section(params, "fetch", FetchConfig, raw_dir=raw_dir, **overrides)
+    cfg = section(params, "fetch", FetchConfig, values=_shared(params, "fetch", "raw_dir", "data.raw_dir"), **overrides)
     cfg.raw_dir = Path(cfg.raw_dir)
     return cfg
 
@@ -62,8 +83,8 @@ def validate_config(params: dict[str, Any], **overrides: Any):
     from biocheck.data.validate import ValidateConfig
 
     # Validate what `prepare` wrote: its folder comes from data.out_dir, not a second key.
-    prepared = overrides.pop("prepared_dir", None) or raw_section(params, "data").get("out_dir")
-    return section(params, "validate", ValidateConfig, prepared_dir=prepared, **overrides)
+    values = _shared(params, "validate", "prepared_dir", "data.out_dir")
+    return section(params, "validate", ValidateConfig, values=values, **overrides)
 
 
 def prepared_dir(params: dict[str, Any]) -> Path:
@@ -73,20 +94,18 @@ def prepared_dir(params: dict[str, Any]) -> Path:
 def evidence_config(params: dict[str, Any], **overrides: Any):
     from biocheck.pubmed.build import EvidenceConfig
 
-    if "corpus" not in raw_section(params, "evidence") and "corpus" not in overrides:
-        overrides["corpus"] = str(prepared_dir(params) / "corpus.jsonl")
-    return section(params, "evidence", EvidenceConfig, **overrides)
+    values = _default(params, "evidence", "corpus", str(prepared_dir(params) / "corpus.jsonl"))
+    return section(params, "evidence", EvidenceConfig, values=values, **overrides)
 
 
 def search_config(params: dict[str, Any], **overrides: Any):
     """The search tool's config; the index and store paths are the evidence stage's (one key each)."""
     from biocheck.pubmed.search import SearchConfig
 
-    evidence = raw_section(params, "evidence")
+    values = raw_section(params, "search")
     for key in ("index_dir", "store"):
-        if key in evidence:
-            overrides.setdefault(key, evidence[key])
-    return section(params, "search", SearchConfig, **overrides)
+        values.update({key: v for k, v in _shared(params, "search", key, f"evidence.{key}").items() if k == key})
+    return section(params, "search", SearchConfig, values=values, **overrides)
 
 
 def agent_config(params: dict[str, Any], **overrides: Any):
@@ -98,9 +117,8 @@ def agent_config(params: dict[str, Any], **overrides: Any):
 def model_config(params: dict[str, Any], **overrides: Any):
     from biocheck.models.stage import ModelConfig
 
-    if "corpus" not in raw_section(params, "model"):
-        overrides.setdefault("corpus", str(prepared_dir(params) / "corpus.jsonl"))
-    return section(params, "model", ModelConfig, **overrides)
+    values = _default(params, "model", "corpus", str(prepared_dir(params) / "corpus.jsonl"))
+    return section(params, "model", ModelConfig, values=values, **overrides)
 
 
 def train_config(params: dict[str, Any], **overrides: Any):
@@ -147,10 +165,8 @@ def reward_config(params: dict[str, Any], judge: str | None = None, **overrides:
 def select_config(params: dict[str, Any], **overrides: Any):
     from biocheck.train.select import SelectConfig
 
-    train = raw_section(params, "train")
-    if "checkpoints" not in raw_section(params, "select") and train.get("out_dir"):
-        overrides.setdefault("checkpoints", train["out_dir"])
-    return section(params, "select", SelectConfig, **overrides)
+    values = _default(params, "select", "checkpoints", raw_section(params, "train").get("out_dir"))
+    return section(params, "select", SelectConfig, values=values, **overrides)
 
 
 # --- components --------------------------------------------------------------------------------------
@@ -190,7 +206,7 @@ def agent(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, search: dict[str
     """(Agent, AgentConfig, SearchConfig) for `biocheck check` and evaluation."""
     p = params_of(params)
     agent_cfg = agent_config(p, **overrides)
-    search_cfg = search_config(p, **(search or {}))
+    search_cfg = search_config(p, options={"backend": "--search"}, **(search or {}))
     return make_agent(agent_cfg, search_cfg), agent_cfg, search_cfg
 
 

@@ -33,12 +33,12 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 
 
 def is_damaged(exc: sqlite3.DatabaseError) -> bool:
-    """Not a database, or a damaged one; "no such table" means some other program's database."""
+    """Not an SQLite file at all, or one whose pages are damaged (cut short, overwritten)."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
         return True
     text = str(exc).lower()
-    return "malformed" in text or "not a database" in text or "no such table" in text
+    return "malformed" in text or "not a database" in text
 
 
 class SQLiteDB:

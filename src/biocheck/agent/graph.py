@@ -24,6 +24,7 @@ from langgraph.graph import END, START, StateGraph
 from biocheck.agent.budget import SearchBudget
 from biocheck.agent.llm.base import ChatLLM, LLMError
 from biocheck.agent.prompts import Prompts
+from biocheck.secrets import redact
 
 
 class AgentState(TypedDict, total=False):
@@ -62,7 +63,7 @@ def build_graph(llm: ChatLLM, cfg: GraphConfig, prompts: Prompts):
         try:
             turn = llm.chat(state["messages"], tools)
         except LLMError as e:  # a dead server ends this episode, not the whole batch
-            return {"stop_reason": f"llm_error: {e}", "llm_seconds": time.perf_counter() - t0,
+            return {"stop_reason": f"llm_error: {redact(e)}", "llm_seconds": time.perf_counter() - t0,
                     "llm_calls": state.get("llm_calls", 0) + 1}
         msg = turn.to_message()
         if turn.raw is not None:

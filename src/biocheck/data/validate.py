@@ -161,7 +161,9 @@ def _key(value: Any) -> str:
 
 def _differs_from_full(row: dict, full_by_id: dict[str, dict], full_file: str) -> str | None:
     """None if a working record is a copy of its full record; else the first field that differs."""
-    full = full_by_id.get(_key(row.get("id")))
+    if row.get("id") is None:
+        return f"no id to find it by in {full_file}"
+    full = full_by_id.get(_key(row["id"]))
     if full is None:
         return f"not in {full_file}"
     for field_name in [*full, *(k for k in row if k not in full)]:
@@ -177,20 +179,6 @@ def _kept_labels(prepared: Path) -> dict[str, list[str]]:
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     return {s: list(v) for s, v in keep.items() if isinstance(v, list)} if isinstance(keep, dict) else {}
-
-
-def _claim_rules(cfg: ValidateConfig, ds: str, splits: list[str], labels: list[str]) -> list:
-    import great_expectations.expectations as gxe
-
-    return [gxe.ExpectColumnToExist(column=c) for c in REQUIRED_COLUMNS] + [
-        *(gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED_COLUMNS),
-        gxe.ExpectColumnValueLengthsToBeBetween(column="claim", min_value=cfg.claim_min_chars,
-                                                max_value=cfg.claim_max_chars),
-        gxe.ExpectColumnValuesToNotMatchRegex(column="claim", regex=r"^\s*$"),
-        gxe.ExpectColumnValuesToBeInSet(column="label", value_set=labels),
-        gxe.ExpectColumnValuesToBeInSet(column="dataset", value_set=[ds]),
-        gxe.ExpectColumnValuesToBeInSet(column="split", value_set=splits),
-    ]
 
 
 def build_tables(cfg: ValidateConfig) -> list[Table]:
@@ -217,9 +205,17 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
         full_file = f"full/{ds}.jsonl"
         full_rows = read_prepared(d / full_file)
         full = _claims_frame(full_rows)
-        # id unique over the whole dataset => every claim is in exactly one split (splits disjoint).
-        tables.append(Table(f"{ds}/full", ds, full, _claim_rules(cfg, ds, list(splits), list(LABELS))
-                            + [gxe.ExpectColumnValuesToBeUnique(column="id")]))
+        tables.append(Table(f"{ds}/full", ds, full, [gxe.ExpectColumnToExist(column=c) for c in REQUIRED_COLUMNS] + [
+            *(gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED_COLUMNS),
+            gxe.ExpectColumnValueLengthsToBeBetween(column="claim", min_value=cfg.claim_min_chars,
+                                                    max_value=cfg.claim_max_chars),
+            gxe.ExpectColumnValuesToNotMatchRegex(column="claim", regex=r"^\s*$"),
+            gxe.ExpectColumnValuesToBeInSet(column="label", value_set=list(LABELS)),
+            gxe.ExpectColumnValuesToBeInSet(column="dataset", value_set=[ds]),
+            gxe.ExpectColumnValuesToBeInSet(column="split", value_set=list(splits)),
+            # id unique over the whole dataset => every claim is in exactly one split (splits disjoint).
+            gxe.ExpectColumnValuesToBeUnique(column="id"),
+        ]))
         # A missing working file is reported by `file_checks`; the ones present are checked here.
         work = {s: read_prepared(d / ds / f"{s}.jsonl") for s in splits if (d / ds / f"{s}.jsonl").is_file()}
         files = [(full_file, full_rows), *((f"{ds}/{s}.jsonl", rows) for s, rows in work.items())]
@@ -236,16 +232,19 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
             sub = full[full["split"].isin(group.split("+"))] if "split" in full.columns else full
             tables.append(Table(f"{ds}/full[{group}]", ds, sub, [gxe.ExpectTableRowCountToEqual(value=n)]))
 
-        # Each working file: only its own split, only the labels prepare kept there, every record an
-        # unchanged copy of its full record (a flipped label or an edited claim is named here).
+        # Each working file: every record an unchanged copy of its full record (so the rules above hold
+        # for it too, and a flipped label or an edited claim is named here), of the file's own split,
+        # with only the labels prepare kept there.
         full_by_id = {_key(r.get("id")): r for r in reversed(full_rows)}  # the first of duplicates wins
         for split, rows in work.items():
             df = _claims_frame(rows)
             df["differs_from_full"] = pd.Series([_differs_from_full(r, full_by_id, full_file) for r in rows],
                                                 index=df.index, dtype=object)
-            labels = kept.get(split) or list(LABELS)
-            tables.append(Table(f"{ds}/{split}.jsonl", ds, df, _claim_rules(cfg, ds, [split], labels) + [
-                gxe.ExpectColumnValuesToBeNull(column="differs_from_full")]))
+            tables.append(Table(f"{ds}/{split}.jsonl", ds, df, [
+                gxe.ExpectColumnValuesToBeNull(column="differs_from_full"),
+                gxe.ExpectColumnValuesToBeInSet(column="split", value_set=[split]),
+                gxe.ExpectColumnValuesToBeInSet(column="label", value_set=kept.get(split) or list(LABELS)),
+            ]))
         if work:  # ids unique across the working files => the working splits are disjoint
             ids = pd.DataFrame({"id": pd.Series([r.get("id") for rows in work.values() for r in rows], dtype=object)})
             tables.append(Table(f"{ds}/working", ds, ids, [gxe.ExpectColumnValuesToBeUnique(column="id")]))

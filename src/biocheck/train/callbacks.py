@@ -148,7 +148,9 @@ class SampleEpisodes(TrainerCallback):
 
             if mlflow.active_run() is None or not self.bank.last_batch:
                 return
-            mlflow.log_text(json.dumps(self.bank.last_batch[: self.n], indent=2, default=str),
-                            f"samples/step_{state.global_step:05d}.json")
+            from biocheck import tracking
+
+            tracking.log_text(json.dumps(self.bank.last_batch[: self.n], indent=2, default=str),
+                              f"samples/step_{state.global_step:05d}.json")  # secrets blanked
         except Exception as e:  # logging must never stop training
             log.warning("could not log sample episodes: %s", e)

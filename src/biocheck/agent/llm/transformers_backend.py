@@ -39,6 +39,21 @@ def model_fingerprint(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(config: Any) -> int | None:
+    """The most positions the model handles (prompt + generation), from the first key its config has; None if none.
+
+    Architectures name it differently (Llama/Qwen: max_position_embeddings, GPT-2: n_positions); a prompt past it
+    would crash the model or make it write garbage, so it is checked before generating."""
+    for key in CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A copy the template can render: tool-call arguments as dicts (OpenAI sends JSON strings), content never None."""
     out = []
@@ -153,7 +168,7 @@ class TransformersChat:
             raise LLMError(f"{self.spec}: the tokenizer has no eos token, so generation could never stop.")
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
-        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
+        self.max_positions = context_length(self.model.config)
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
 
