@@ -104,7 +104,9 @@ def search_config(params: dict[str, Any], **overrides: Any):
 
     values = raw_section(params, "search")
     for key in ("index_dir", "store"):
-        values.update({key: v for k, v in _shared(params, "search", key, f"evidence.{key}").items() if k == key})
+        shared = _shared(params, "search", key, f"evidence.{key}")
+        if key in shared:
+            values[key] = shared[key]
     return section(params, "search", SearchConfig, values=values, **overrides)
 
 
