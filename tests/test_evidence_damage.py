@@ -34,10 +34,10 @@ REBUILD = "biocheck evidence build"
 
 
 @pytest.fixture(autouse=True)
-def _env(monkeypatch, tmp_path):
+def _env(monkeypatch, tmp_path_factory):
     for name in ("NCBI_API_KEY", "BIOCHECK_EUTILS_URL", "BIOCHECK_RATELIMIT_DIR"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))  # never the real ~/.cache
 
 
 def one_line(err: BaseException) -> str:
@@ -338,3 +338,12 @@ def test_a_stale_folder_whose_pid_was_reused_is_removed_when_its_lock_is_free(tm
     with caplog.at_level(logging.INFO):
         LocalIndex.build(PAPER, path=index_dir)
     assert not reused.exists() and not reused.with_name(reused.name + ".lock").exists()
+
+
+@pytest.mark.parametrize("how", ["garbled:.idx", "garbled:.store", "garbled:.term"])
+def test_without_the_check_damage_found_mid_search_is_still_a_search_error(index_dir, how, caplog):
+    damage_index(index_dir, how)
+    with pytest.raises(SearchError) as err:  # a tantivy error or a Rust panic, never a crash
+        LocalIndex.open(index_dir, verify=False).search("aspirin OR methylat*", n=400)
+    assert str(index_dir) in one_line(err.value) and REBUILD in str(err.value)
+    no_tracebacks(caplog)

@@ -24,9 +24,11 @@ KEYS = {"pmid", "title", "abstract"}
 
 
 @pytest.fixture(autouse=True)
-def _no_ncbi_env(monkeypatch):
+def _no_ncbi_env(monkeypatch, tmp_path_factory):
     for name in ("NCBI_API_KEY", "NCBI_EMAIL", "BIOCHECK_EUTILS_URL", "BIOCHECK_RATELIMIT_DIR"):
         monkeypatch.delenv(name, raising=False)
+    # The rate limiter's state file goes to the user's cache dir by default: keep it out of ~/.cache.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
 
 
 def closed_port_url() -> str:

@@ -60,6 +60,13 @@ def assert_consistent(path: Path) -> None:
         assert set(json.loads(ids)) <= known
 
 
+@pytest.fixture(autouse=True)
+def _private_cache_dir(monkeypatch, tmp_path_factory):
+    """The entrez client's rate-limit state file goes to the user's cache dir: never the real ~/.cache."""
+    monkeypatch.delenv("BIOCHECK_RATELIMIT_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 @pytest.fixture
 def store(tmp_path):
     with EvidenceStore(tmp_path / "evidence") as s:

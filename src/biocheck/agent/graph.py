@@ -26,6 +26,8 @@ from biocheck.agent.llm.base import ChatLLM, LLMError
 from biocheck.agent.prompts import Prompts
 from biocheck.secrets import redact
 
+LLM_ERROR = "llm_error"  # stop_reason prefix when the model could not answer (batch mode reports these as failures)
+
 
 class AgentState(TypedDict, total=False):
     messages: Annotated[list[dict], operator.add]
@@ -63,7 +65,7 @@ def build_graph(llm: ChatLLM, cfg: GraphConfig, prompts: Prompts):
         try:
             turn = llm.chat(state["messages"], tools)
         except LLMError as e:  # a dead server ends this episode, not the whole batch
-            return {"stop_reason": f"llm_error: {redact(e)}", "llm_seconds": time.perf_counter() - t0,
+            return {"stop_reason": f"{LLM_ERROR}: {redact(e)}", "llm_seconds": time.perf_counter() - t0,
                     "llm_calls": state.get("llm_calls", 0) + 1}
         msg = turn.to_message()
         if turn.raw is not None:

@@ -20,6 +20,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode
+from biocheck.agent.graph import LLM_ERROR
 from biocheck.agent.llm.base import LLMError
 from biocheck.io import InputError, parse_jsonl, write_text_atomic
 from biocheck.labels import LABELS
@@ -32,7 +33,6 @@ RESERVED = frozenset({"summary", "metrics", "scores"})  # files written beside t
 MAX_SLUG = 80  # file names stay far below the usual 255-byte limit
 HASH_CHARS = 10
 _HASHED = re.compile(rf".*-[0-9a-f]{{{HASH_CHARS}}}")
-LLM_ERROR = "llm_error"  # the graph's stop_reason prefix when the model could not answer
 NOT_IN_KEY = {"agent": ("workers",), "search": ("timeout_s", "max_attempts")}  # how, not what: no effect on a trace
 EXAMPLE = '{"claim": "Vitamin D prevents fractures.", "id": "c1"}'
 
@@ -221,7 +221,7 @@ def _say_resume(out_dir: Path, claims: list[dict[str, Any]], todo: list[dict[str
         by_reason.setdefault(why[c["claim_id"]] or "", []).append(c["claim_id"])
     for reason, ids in by_reason.items():
         more = f" (+{len(ids) - 5} more)" if len(ids) > 5 else ""
-        log.info("resume: running %d claim(s), %s: %s%s", len(ids), reason, ", ".join(ids[:5]), more)
+        log.info("resume: running %d claim(s) (%s): %s%s", len(ids), reason, ", ".join(ids[:5]), more)
 
 
 def summarize(episodes: list[Episode]) -> dict[str, Any]:
