@@ -127,14 +127,14 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    # The limiter's state files (one per fake server port) go to a throw-away dir, not ~/.cache.
-    os.environ.setdefault("BIOCHECK_RATELIMIT_DIR", tempfile.mkdtemp(prefix="biocheck-bench-ratelimit-"))
-
     results = []
-    for rate in (int(r) for r in args.rates.split(",")):
-        if rate not in (3, 10):
-            parser.error(f"NCBI's limits are 3/s (no key) and 10/s (key), not {rate}")
-        results.append(run(rate, args.callers, args.duration, args.latency, args.processes))
+    # The limiter's state files (one per fake server port) go to a throw-away dir, not ~/.cache.
+    with tempfile.TemporaryDirectory(prefix="biocheck-bench-ratelimit-") as state_dir:
+        os.environ.setdefault("BIOCHECK_RATELIMIT_DIR", state_dir)
+        for rate in (int(r) for r in args.rates.split(",")):
+            if rate not in (3, 10):
+                parser.error(f"NCBI's limits are 3/s (no key) and 10/s (key), not {rate}")
+            results.append(run(rate, args.callers, args.duration, args.latency, args.processes))
 
     print("| limit | key | processes | callers | duration | requests | throughput | of limit | max in 1 s | min gap "
           "| violations | pass |")

@@ -30,6 +30,12 @@ def _isolated_tracking(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """The rate limiter's shared state (and anything else per user) lives in a throw-away cache, never ~/.cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+
+
+@pytest.fixture(autouse=True)
 def _no_mirror_by_default(monkeypatch):
     """Tests opt in to a mirror explicitly; the developer's own env var must not leak into them."""
     monkeypatch.delenv("BIOCHECK_DATA_MIRROR", raising=False)

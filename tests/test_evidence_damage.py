@@ -252,8 +252,6 @@ def test_cli_search_over_damaged_evidence_is_one_line(evidence_workdir, backend,
     cli_fails_in_one_line(["search", "aspirin", "--backend", backend], "damaged")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the CLI to call pubmed.build.evidence_stats through _run "
-                                       "(cli.py is the lead's); remove this mark once it does")
 @pytest.mark.parametrize("part", ["store", "index"])
 def test_cli_evidence_stats_over_damaged_evidence_is_one_line(evidence_workdir, part):
     if part == "store":

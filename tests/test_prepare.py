@@ -234,7 +234,7 @@ def test_prepare_writes_every_working_split_of_the_schema(raw_dir, tmp_path):
     from biocheck.data.schema import DATASET_SPLITS, DATASETS
 
     assert DATASET_SPLITS == {"scifact": ("train", "val", "test"), "healthfc": ("test",)}
-    assert DATASETS == tuple(DATASET_SPLITS)
+    assert tuple(DATASET_SPLITS) == DATASETS
     c = cfg(raw_dir, tmp_path, keep_labels={"train": ["NEI"]})
     stats = prepare(c)
     assert {ds: tuple(splits) for ds, splits in stats["working"].items()} == DATASET_SPLITS

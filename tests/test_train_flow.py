@@ -12,6 +12,7 @@ import flows.train as flow_mod
 import pytest
 import yaml
 
+from biocheck.pipeline import train_setup
 from tests.conftest import REPO
 
 
@@ -81,5 +82,6 @@ def test_each_task_calls_its_stage_function_with_the_params_file(tmp_path, monke
     assert flow_mod.train_task.fn(str(path)) == {"t": 1}
     assert flow_mod.select_task.fn(str(path)) == {"s": 1}
     assert seen["model"][0].out_dir == Path(params["model"]["out_dir"])
-    assert seen["train"] == (params, False)  # the whole params file, no progress bars in a flow
+    setup, progress = seen["train"]  # the whole params file, no progress bars in a flow
+    assert setup == train_setup(params) and progress is False
     assert seen["select"][0].checkpoints == Path(params["train"]["out_dir"])  # select reads what train wrote

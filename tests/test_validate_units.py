@@ -230,9 +230,10 @@ def test_tables_and_their_rules_follow_the_prepared_data(prepared):
     cfg = ValidateConfig(prepared_dir=prepared, claim_min_chars=12, claim_max_chars=345,
                          expected_rows={"scifact": {"train+val": 5, "test": 6}, "healthfc": {}})
     tables = {t.name: t for t in build_tables(cfg)}
-    assert list(tables) == ["corpus", "scifact/full", "scifact/references", "scifact/full[train+val]",
-                            "scifact/full[test]", "scifact/working", "healthfc/full", "healthfc/references",
-                            "healthfc/working"]
+    assert list(tables) == ["corpus", "scifact/full", "scifact/references", "scifact/evidence",
+                            "scifact/full[train+val]", "scifact/full[test]", "scifact/train.jsonl",
+                            "scifact/val.jsonl", "scifact/test.jsonl", "scifact/working", "healthfc/full",
+                            "healthfc/references", "healthfc/evidence", "healthfc/test.jsonl", "healthfc/working"]
     assert {n: t.dataset for n, t in tables.items() if n != "corpus"} == {n: n.split("/")[0] for n in tables
                                                                           if n != "corpus"}
     assert tables["corpus"].dataset == "scifact"  # the corpus is SciFact's
@@ -252,40 +253,53 @@ def test_tables_and_their_rules_follow_the_prepared_data(prepared):
         full = tables[f"{ds}/full"]
         assert full.df["id"].tolist() == [r["id"] for r in full_rows]
         assert all(full.df[c].dtype == object for c in REQUIRED_COLUMNS)
-        claim_rules = (
+        assert _rules(full) == (
             [("expect_column_to_exist", {"column": c}) for c in REQUIRED_COLUMNS]
             + [("expect_column_values_to_not_be_null", {"column": c}) for c in REQUIRED_COLUMNS]
             + [("expect_column_value_lengths_to_be_between", {"column": "claim", "min_value": 12, "max_value": 345}),
                ("expect_column_values_to_not_match_regex", {"column": "claim", "regex": r"^\s*$"}),
                ("expect_column_values_to_be_in_set", {"column": "label", "value_set": list(LABELS)}),
                ("expect_column_values_to_be_in_set", {"column": "dataset", "value_set": [ds]}),
-               ("expect_column_values_to_be_in_set", {"column": "split", "value_set": splits})])
-        unique_id = ("expect_column_values_to_be_unique", {"column": "id"})
-        assert _rules(full) == [*claim_rules, unique_id]
+               ("expect_column_values_to_be_in_set", {"column": "split", "value_set": splits}),
+               ("expect_column_values_to_be_unique", {"column": "id"})])
 
+        files = [(f"full/{ds}.jsonl", full_rows)] + [(f"{ds}/{s}.jsonl", _rows(prepared / ds / f"{s}.jsonl"))
+                                                     for s in splits]
         refs = tables[f"{ds}/references"]
-        expected_refs = [{"id": f"{r['id']} (gold)", "doc_id": str(ev["doc_id"])}
-                         for r in full_rows for ev in r.get("evidence") or []]
-        cited = [{"id": f"{r['id']} (cited)", "doc_id": str(d)} for r in full_rows for d in r.get("cited_doc_ids") or []]
-        assert sorted(refs.df.to_dict("records"), key=str) == sorted(expected_refs + cited, key=str)
+        gold = [{"id": f"{r['id']} (gold, {f})", "doc_id": str(ev["doc_id"])}
+                for f, rows in files for r in rows for ev in r["evidence"]]
+        cited = [{"id": f"{r['id']} (cited, {f})", "doc_id": str(d)} for f, rows in files for r in rows
+                 for d in r["cited_doc_ids"]]
+        assert sorted(refs.df.to_dict("records"), key=str) == sorted(gold + cited, key=str)
         assert list(refs.df.columns) == ["id", "doc_id"]
-        assert _rules(refs) == [("expect_column_values_to_be_in_set", {"column": "doc_id", "value_set": doc_ids})]
+        assert _rules(refs) == [("expect_column_values_to_not_be_null", {"column": "doc_id"}),
+                                ("expect_column_values_to_be_in_set", {"column": "doc_id", "value_set": doc_ids})]
+        evidence = tables[f"{ds}/evidence"]
+        assert evidence.df.to_dict("records") == [
+            {"id": f"{r['id']} (gold, {f})", "label": ev["label"], "bad_sentences": None}
+            for f, rows in files for r in rows for ev in r["evidence"]]
+        assert _rules(evidence) == [("expect_column_values_to_not_be_null", {"column": "label"}),
+                                    ("expect_column_values_to_be_in_set", {"column": "label",
+                                                                           "value_set": list(LABELS)}),
+                                    ("expect_column_values_to_be_null", {"column": "bad_sentences"})]
 
-        work_rows = [(split, r) for split in ("train", "val", "test")
-                     if (prepared / ds / f"{split}.jsonl").exists() for r in _rows(prepared / ds / f"{split}.jsonl")]
+        for (f, rows), split in zip(files[1:], splits, strict=True):
+            table = tables[f]
+            assert table.df["id"].tolist() == [r["id"] for r in rows]
+            assert table.df["differs_from_full"].tolist() == [None] * len(rows)
+            assert _rules(table) == [("expect_column_values_to_be_null", {"column": "differs_from_full"}),
+                                     ("expect_column_values_to_be_in_set", {"column": "split", "value_set": [split]}),
+                                     ("expect_column_values_to_be_in_set", {"column": "label", "value_set": ALL})]
         work = tables[f"{ds}/working"]
-        assert work.df["split_id"].tolist() == [f"{s}:{r['id']}" for s, r in work_rows]
-        assert work.df["file_split"].tolist() == [s for s, _ in work_rows]
-        full_keys = sorted(f"{r['split']}:{r['id']}" for r in full_rows)
-        assert _rules(work) == [*claim_rules, unique_id,
-                                ("expect_column_values_to_be_in_set", {"column": "split_id", "value_set": full_keys})]
+        assert work.df["id"].tolist() == [r["id"] for _, rows in files[1:] for r in rows]
+        assert _rules(work) == [("expect_column_values_to_be_unique", {"column": "id"})]
 
     scifact = _rows(prepared / "full" / "scifact.jsonl")
     for group, n in (("train+val", 5), ("test", 6)):
         table = tables[f"scifact/full[{group}]"]
         assert table.df["id"].tolist() == [r["id"] for r in scifact if r["split"] in group.split("+")]
         assert _rules(table) == [("expect_table_row_count_to_equal", {"value": n})]
-    assert "healthfc/references" in tables and tables["healthfc/references"].df.empty  # HealthFC cites no corpus
+    assert tables["healthfc/references"].df.empty and tables["healthfc/evidence"].df.empty  # no corpus docs
 
 
 def test_a_corpus_record_without_id_stays_missing(prepared):
@@ -295,28 +309,116 @@ def test_a_corpus_record_without_id_stays_missing(prepared):
     (prepared / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     corpus, _, refs = build_tables(ValidateConfig(prepared_dir=prepared, expected_rows={}))[:3]
     assert corpus.df["id"].isna().tolist()[:2] == [True, False]  # missing, not the text "None" ...
-    assert _rules(refs)[0][1]["value_set"] == sorted(str(r["id"]) for r in rows[1:])  # ... and no known doc
+    assert _rules(refs)[1][1]["value_set"] == sorted(str(r["id"]) for r in rows[1:])  # ... and no known doc
     assert corpus.df["n_sentences"].tolist()[1] == 0
     assert _rules(corpus)[-1][1]["column"] == "n_sentences"
 
 
-def test_without_a_split_column_a_row_count_covers_the_whole_file_and_no_split_key_is_known(prepared):
+def test_without_a_split_column_a_row_count_covers_the_whole_file(prepared):
     path = prepared / "full" / "healthfc.jsonl"
     rows = _rows(path)
     path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "split"}) + "\n" for r in rows))
     tables = {t.name: t for t in build_tables(ValidateConfig(prepared_dir=prepared,
                                                             expected_rows={"healthfc": {"test": 1}}))}
     assert len(tables["healthfc/full[test]"].df) == len(rows)
-    assert _rules(tables["healthfc/working"])[-1] == (
-        "expect_column_values_to_be_in_set", {"column": "split_id", "value_set": []})
+    assert set(tables["healthfc/test.jsonl"].df["differs_from_full"]) == {
+        "split 'test', full/healthfc.jsonl has None"}
 
 
-def test_a_full_file_of_only_ids_and_splits_still_gives_the_working_split_keys(prepared):
-    path = prepared / "full" / "healthfc.jsonl"
-    rows = _rows(path)
-    path.write_text("".join(json.dumps({"id": r["id"], "split": r["split"]}) + "\n" for r in rows))
+# --- working records against the full data ---------------------------------------------------------
+
+FULL = [{"id": "1", "claim": "A claim.", "label": "NEI"}, {"id": "2", "claim": "B", "label": "SUPPORTED"},
+        {"id": "1", "claim": "A duplicate.", "label": "REFUTED"}]
+
+
+@pytest.mark.parametrize("row, differs", [
+    ({"id": "1", "claim": "A claim.", "label": "NEI"}, None),
+    ({"claim": "A claim.", "label": "NEI", "id": "1"}, None),  # key order does not matter
+    ({"id": "1", "claim": "A claim.", "label": "REFUTED"}, "label 'REFUTED', full/x.jsonl has 'NEI'"),
+    # two fields differ: the first is named
+    ({"id": "1", "claim": "Edited.", "label": "REFUTED"}, "claim 'Edited.', full/x.jsonl has 'A claim.'"),
+    ({"id": "1", "claim": "A claim.", "label": "NEI", "note": 3}, "note 3, full/x.jsonl has None"),
+    ({"id": "1", "claim": "A claim."}, "label None, full/x.jsonl has 'NEI'"),
+    ({"id": 1, "claim": "A claim.", "label": "NEI"}, "not in full/x.jsonl"),  # ids are strings
+    ({"id": ["1"], "claim": "A claim.", "label": "NEI"}, "not in full/x.jsonl"),  # unhashable: no crash
+    ({"id": "3", "claim": "A claim.", "label": "NEI"}, "not in full/x.jsonl"),
+    ({"id": None, "claim": "A claim.", "label": "NEI"}, "no id to find it by in full/x.jsonl"),
+    ({"claim": "A claim.", "label": "NEI"}, "no id to find it by in full/x.jsonl"),
+])
+def test_a_working_record_is_compared_with_the_first_full_record_of_its_id(row, differs):
+    from biocheck.data.validate import _differs_from_full, _key
+
+    by_id = {_key(r["id"]): r for r in reversed(FULL)}
+    assert _differs_from_full(row, by_id, "full/x.jsonl") == differs
+
+
+@pytest.mark.parametrize("sentences, doc, problem", [
+    ([0, 1], "d", None),
+    ([1], "unknown", None),  # an unknown doc is the references table's to name
+    ([5], "unknown", None),
+    ([2], "d", "sentence 2 of doc d, which has 2"),
+    ([0, -1], "d", "sentence -1 of doc d, which has 2"),
+    ("x", "d", "'x' is not a list of sentence numbers"),
+    ([], "d", "[] is not a list of sentence numbers"),
+    ([True], "d", "[True] is not a list of sentence numbers"),
+    ([0.0], "d", "[0.0] is not a list of sentence numbers"),
+    (None, None, "None is not a list of sentence numbers"),
+])
+def test_gold_sentences_must_be_numbers_inside_their_abstract(sentences, doc, problem):
+    from biocheck.data.validate import _bad_sentences
+
+    assert _bad_sentences(sentences, doc, {"d": 2}) == problem
+
+
+def test_malformed_evidence_lists_are_rows_for_the_rules_not_a_crash():
+    from biocheck.data.validate import _evidence, _references
+
+    rows = [{"id": "1", "evidence": "junk", "cited_doc_ids": 7}, {"id": "2", "evidence": [5, {"doc_id": 9}]},
+            {"id": "3", "evidence": None, "cited_doc_ids": None}, {"id": "4"}]
+    files = [("f.jsonl", rows)]
+    assert _references(files).to_dict("records") == [
+        {"id": "1 (gold, f.jsonl)", "doc_id": None}, {"id": "2 (gold, f.jsonl)", "doc_id": None},
+        {"id": "2 (gold, f.jsonl)", "doc_id": "9"}, {"id": "1 (cited, f.jsonl)", "doc_id": "7"}]
+    assert _evidence(files, {}).to_dict("records") == [
+        {"id": "1 (gold, f.jsonl)", "label": None, "bad_sentences": "None is not a list of sentence numbers"},
+        {"id": "2 (gold, f.jsonl)", "label": None, "bad_sentences": "None is not a list of sentence numbers"},
+        {"id": "2 (gold, f.jsonl)", "label": None, "bad_sentences": "None is not a list of sentence numbers"}]
+
+
+@pytest.mark.parametrize("manifest, kept", [
+    (None, {}),
+    ("not json", {}),
+    ("[]", {}),
+    ('{"config": {}}', {}),
+    ('{"config": {"keep_labels": ["NEI"]}}', {}),
+    ('{"config": {"keep_labels": {"train": ["NEI"], "val": "NEI"}}}', {"train": ["NEI"]}),
+])
+def test_the_kept_labels_come_from_the_manifest_when_it_records_them(tmp_path, manifest, kept):
+    from biocheck.data.validate import _kept_labels
+
+    if manifest is not None:
+        (tmp_path / "manifest.json").write_text(manifest)
+    assert _kept_labels(tmp_path) == kept
+
+
+def test_a_working_file_keeps_the_labels_of_the_manifest_and_the_rest_all(prepared):
+    path = prepared / "manifest.json"
+    path.write_text(json.dumps({"config": {"keep_labels": {"train": ["REFUTED"]}}}))
     tables = {t.name: t for t in build_tables(ValidateConfig(prepared_dir=prepared, expected_rows={}))}
-    assert _rules(tables["healthfc/working"])[-1][1]["value_set"] == sorted(f"{r['split']}:{r['id']}" for r in rows)
+    assert _rules(tables["scifact/train.jsonl"])[-1][1]["value_set"] == ["REFUTED"]
+    assert _rules(tables["scifact/val.jsonl"])[-1][1]["value_set"] == list(LABELS)
+
+
+def test_every_working_split_of_the_schema_has_a_file_check(prepared):
+    from biocheck.data.validate import file_checks
+
+    (prepared / "scifact" / "val.jsonl").unlink()
+    checks = file_checks(ValidateConfig(prepared_dir=prepared))
+    assert [(c["table"], c["success"]) for c in checks] == [
+        ("scifact/train.jsonl", True), ("scifact/val.jsonl", False), ("scifact/test.jsonl", True),
+        ("healthfc/test.jsonl", True)]
+    assert checks[1]["detail"].startswith("missing. Re-create it with `dvc repro -f -s prepare`")
+    assert {c["rule"] for c in checks} == {"expect_file_to_exist"} and "detail" not in checks[0]
 
 
 def test_no_working_files_means_no_working_table(prepared):
@@ -337,8 +439,11 @@ def test_report_and_metrics_files(prepared, tmp_path, monkeypatch):
     assert result.success is False
     (tables, used), = given
     assert used is cfg and [t.name for t in tables] == [t.name for t in build_tables(cfg)]  # every suite runs
-    assert json.loads(cfg.report_path.read_text()) == {"success": False, "n_checks": 2, "n_failed": 1, "checks": checks}
-    assert json.loads(cfg.metrics_path.read_text()) == {"success": False, "checks": 2, "failed": 1}
+    files = v.file_checks(cfg)  # every working file is present: these pass, listed first
+    assert len(files) == 4 and all(c["success"] for c in files)
+    assert json.loads(cfg.report_path.read_text()) == {"success": False, "n_checks": 6, "n_failed": 1,
+                                                       "checks": files + checks}
+    assert json.loads(cfg.metrics_path.read_text()) == {"success": False, "checks": 6, "failed": 1}
     cfg2 = ValidateConfig(prepared_dir=prepared, report_path=tmp_path / "r2.json", metrics_path=None)
     validate(cfg2)
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".json") == ["m.json", "r.json", "r2.json"]

@@ -197,21 +197,10 @@ def evidence_build(
 def evidence_stats(params: ParamsOpt = Path("params.yaml")) -> None:
     """Print the local index and evidence store statistics as JSON."""
     from biocheck.pipeline import params_of, search_config
-    from biocheck.pubmed.local import LocalIndex
-    from biocheck.pubmed.store import EvidenceStore
+    from biocheck.pubmed.build import evidence_stats as stats
 
     cfg = _run(search_config, _run(params_of, params))
-    out: dict = {}
-    try:
-        out["index"] = LocalIndex.open(cfg.index_dir).stats()
-    except (FileNotFoundError, ValueError) as e:
-        out["index"] = {"error": str(e)}
-    if cfg.store.exists():
-        with EvidenceStore(cfg.store) as store:
-            out["store"] = store.stats()
-    else:
-        out["store"] = {"error": f"no evidence store at {cfg.store}"}
-    typer.echo(json.dumps(out, indent=2, default=str))
+    typer.echo(json.dumps(_run(stats, cfg.index_dir, cfg.store), indent=2, default=str))
 
 
 def _print_results(out) -> None:
@@ -241,7 +230,7 @@ def search(
         "--batch", help="Read one query per line from this file ('-' for stdin); one result per line out.")] = None,
     backend: Annotated[str | None, typer.Option(
         help="local | entrez | replay [default: search.backend].")] = None,
-    n: Annotated[int | None, typer.Option("-n", help="Papers per query [default: search.max_results].")] = None,
+    n: Annotated[int | None, typer.Option("-n", help="Papers per query, 1-10000 [default: search.max_results].")] = None,
     mode: Annotated[str | None, typer.Option(
         help="boolean (PubMed syntax) | bm25 (free text, no Boolean filter) [default: search.mode].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output: one object per query, one per line.")] = False,

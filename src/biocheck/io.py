@@ -92,18 +92,21 @@ def dump_jsonl(path: Path, rows: Iterable[BaseModel | dict]) -> int:
     return n
 
 
-def parse_jsonl(data: bytes, where: str) -> list[dict]:
-    """Parse JSON lines strictly; every problem names the file (`where`) and line number."""
+def parse_jsonl(data: bytes, where: str, fix: str = "") -> list[dict]:
+    """Parse JSON lines strictly; every problem names the file (`where`) and line number, then `fix`
+    (how to get a good file: re-fetch a download, re-prepare a prepared split; empty for a user's own file)."""
+
+    def fail(message: str) -> InputError:
+        return InputError(f"{message} {fix}" if fix else message)
+
     if not data.strip():
-        raise InputError(f"{where}: the file is empty. Re-fetch it with `biocheck data fetch --force`.")
+        raise fail(f"{where}: the file is empty.")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise InputError(
-            f"{where}, line {line}: bytes that are not UTF-8 ({data[e.start:e.start + 8]!r}). "
-            "The file is corrupt or in another encoding; re-fetch it with `biocheck data fetch --force`."
-        ) from None
+        raise fail(f"{where}, line {line}: bytes that are not UTF-8 ({data[e.start:e.start + 8]!r}); "
+                   "the file is corrupt or in another encoding.") from None
     rows: list[dict] = []
     lines = text.splitlines()
     for i, line in enumerate(lines, start=1):
@@ -113,15 +116,15 @@ def parse_jsonl(data: bytes, where: str) -> list[dict]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             hint = " (the last line is cut short: was the file truncated?)" if i == len(lines) else ""
-            raise InputError(f"{where}, line {i}: invalid JSON{hint}: {e.msg} at column {e.colno}.") from None
+            raise fail(f"{where}, line {i}: invalid JSON{hint}: {e.msg} at column {e.colno}.") from None
         if not isinstance(obj, dict):
-            raise InputError(f"{where}, line {i}: expected a JSON object, got {type(obj).__name__}.")
+            raise fail(f"{where}, line {i}: expected a JSON object, got {type(obj).__name__}.")
         rows.append(obj)
     return rows
 
 
-def read_jsonl(path: Path | str) -> list[dict]:
+def read_jsonl(path: Path | str, fix: str = "") -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file.")
-    return parse_jsonl(path.read_bytes(), str(path))
+    return parse_jsonl(path.read_bytes(), str(path), fix)

@@ -263,8 +263,11 @@ def validate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overr
         tracking.log_metrics({"checks": len(result.checks), "failed": len(result.failures),
                               "success": int(result.success)}, prefix="validation")
         manifest = cfg.prepared_dir / "manifest.json"
-        if manifest.is_file():  # the dataset stats of the data that was validated
-            tracking.log_metrics(json.loads(manifest.read_text(encoding="utf-8")).get("stats", {}))
+        try:  # the dataset stats of the data that was validated (the validator reports a bad manifest)
+            stats = json.loads(manifest.read_text(encoding="utf-8")).get("stats", {}) if manifest.is_file() else {}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            stats = {}
+        tracking.log_metrics(stats if isinstance(stats, dict) else {})
     return result
 
 

@@ -17,9 +17,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from biocheck.data.fetch import MANIFEST as RAW_MANIFEST
 from pydantic import BaseModel, ValidationError
 
+from biocheck.data.fetch import MANIFEST as RAW_MANIFEST
 from biocheck.data.schema import DATASET_SPLITS, SPLITS, ClaimRecord, CorpusDoc
 from biocheck.data.sources import (
     check_unique_ids,

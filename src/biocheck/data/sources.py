@@ -60,18 +60,7 @@ def with_fix(message: str, fix: str) -> str:
 
 def parse_jsonl_file(data: bytes, where: str, fix: str) -> list[dict]:
     """`parse_jsonl` with `fix` as the way out: a raw file is re-fetched, a prepared one re-prepared."""
-    if not data.strip():
-        raise InputError(with_fix(f"{where}: the file is empty.", fix))
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise InputError(with_fix(f"{where}, line {line}: bytes that are not UTF-8 "
-                                  f"({data[e.start:e.start + 8]!r}); the file is corrupt.", fix)) from None
-    try:
-        return parse_jsonl(data, where)
-    except InputError as e:  # invalid JSON or not an object: damaged just the same
-        raise InputError(with_fix(str(e), fix)) from None
+    return parse_jsonl(data, where, fix)
 
 
 def _field(row: dict, key: str, kind: type | tuple[type, ...], where: str):

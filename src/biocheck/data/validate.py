@@ -136,7 +136,7 @@ def _references(files: list[tuple[str, list[dict]]]) -> pd.DataFrame:
         refs += [{"id": rid, "doc_id": _doc_id(ev.get("doc_id"))} for rid, ev in _gold(rows, file)]
         refs += [{"id": f"{r.get('id')} (cited, {file})", "doc_id": _doc_id(d)}
                  for r in rows for d in _as_list(r.get("cited_doc_ids"))]
-    return pd.DataFrame(refs, columns=["id", "doc_id"])
+    return pd.DataFrame(refs, columns=["id", "doc_id"], dtype=object)  # object: None stays None
 
 
 def _bad_sentences(sentences: Any, doc_id: str | None, n_sentences: dict[str, int]) -> str | None:
@@ -152,7 +152,7 @@ def _evidence(files: list[tuple[str, list[dict]]], n_sentences: dict[str, int]) 
     rows = [{"id": rid, "label": ev.get("label"),
              "bad_sentences": _bad_sentences(ev.get("sentences"), _doc_id(ev.get("doc_id")), n_sentences)}
             for file, recs in files for rid, ev in _gold(recs, file)]
-    return pd.DataFrame(rows, columns=["id", "label", "bad_sentences"]).astype(object)
+    return pd.DataFrame(rows, columns=["id", "label", "bad_sentences"], dtype=object)
 
 
 def _key(value: Any) -> str:
@@ -181,6 +181,48 @@ def _kept_labels(prepared: Path) -> dict[str, list[str]]:
     return {s: list(v) for s, v in keep.items() if isinstance(v, list)} if isinstance(keep, dict) else {}
 
 
+def _full_rules(cfg: ValidateConfig, ds: str) -> list:
+    import great_expectations.expectations as gxe
+
+    return [gxe.ExpectColumnToExist(column=c) for c in REQUIRED_COLUMNS] + [
+        *(gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED_COLUMNS),
+        gxe.ExpectColumnValueLengthsToBeBetween(column="claim", min_value=cfg.claim_min_chars,
+                                                max_value=cfg.claim_max_chars),
+        gxe.ExpectColumnValuesToNotMatchRegex(column="claim", regex=r"^\s*$"),
+        gxe.ExpectColumnValuesToBeInSet(column="label", value_set=list(LABELS)),
+        gxe.ExpectColumnValuesToBeInSet(column="dataset", value_set=[ds]),
+        gxe.ExpectColumnValuesToBeInSet(column="split", value_set=list(DATASET_SPLITS[ds])),
+        # id unique over the whole dataset => every claim is in exactly one split (splits disjoint).
+        gxe.ExpectColumnValuesToBeUnique(column="id"),
+    ]
+
+
+def _working_tables(ds: str, work: dict[str, list[dict]], full_rows: list[dict],
+                    kept: dict[str, list[str]]) -> list[Table]:
+    """Each working file: every record an unchanged copy of its full record (so the full-data rules
+    hold for it too, and a flipped label or an edited claim is named here), of the file's own split,
+    with only the labels prepare kept there; and ids unique across the files (disjoint splits)."""
+    import great_expectations.expectations as gxe
+
+    full_file = f"full/{ds}.jsonl"
+    full_by_id = {_key(r.get("id")): r for r in reversed(full_rows)}  # the first of duplicates wins
+    tables = []
+    for split, rows in work.items():
+        df = _claims_frame(rows)
+        df["differs_from_full"] = pd.Series([_differs_from_full(r, full_by_id, full_file) for r in rows],
+                                            index=df.index, dtype=object)
+        tables.append(Table(f"{ds}/{split}.jsonl", ds, df, [
+            gxe.ExpectColumnValuesToBeNull(column="differs_from_full"),
+            gxe.ExpectColumnValuesToBeInSet(column="split", value_set=[split]),
+            gxe.ExpectColumnValuesToBeInSet(column="label", value_set=kept.get(split) or list(LABELS)),
+        ]))
+    if work:
+        ids = pd.Series([r.get("id") for rows in work.values() for r in rows], dtype=object)
+        tables.append(Table(f"{ds}/working", ds, pd.DataFrame({"id": ids}),
+                            [gxe.ExpectColumnValuesToBeUnique(column="id")]))
+    return tables
+
+
 def build_tables(cfg: ValidateConfig) -> list[Table]:
     import great_expectations.expectations as gxe
 
@@ -192,7 +234,8 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
     corpus_df = pd.DataFrame([{"id": _doc_id(c.get("id")), "title": c.get("title"),
                                "n_sentences": len(c.get("abstract") or [])} for c in corpus])
     corpus_ids = sorted(corpus_df["id"].dropna().unique().tolist())
-    n_sentences = {doc: n for doc, n in reversed(list(zip(corpus_df["id"], corpus_df["n_sentences"])))}
+    # doc id -> sentences in its abstract (reversed: the first of duplicate ids wins)
+    n_sentences = dict(reversed(list(zip(corpus_df["id"], corpus_df["n_sentences"], strict=True))))
     tables = [Table("corpus", "scifact", corpus_df, [
         gxe.ExpectColumnValuesToNotBeNull(column="id"),
         gxe.ExpectColumnValuesToBeUnique(column="id"),
@@ -202,23 +245,12 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
     kept = _kept_labels(d)
 
     for ds, splits in DATASET_SPLITS.items():
-        full_file = f"full/{ds}.jsonl"
-        full_rows = read_prepared(d / full_file)
+        full_rows = read_prepared(d / "full" / f"{ds}.jsonl")
         full = _claims_frame(full_rows)
-        tables.append(Table(f"{ds}/full", ds, full, [gxe.ExpectColumnToExist(column=c) for c in REQUIRED_COLUMNS] + [
-            *(gxe.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED_COLUMNS),
-            gxe.ExpectColumnValueLengthsToBeBetween(column="claim", min_value=cfg.claim_min_chars,
-                                                    max_value=cfg.claim_max_chars),
-            gxe.ExpectColumnValuesToNotMatchRegex(column="claim", regex=r"^\s*$"),
-            gxe.ExpectColumnValuesToBeInSet(column="label", value_set=list(LABELS)),
-            gxe.ExpectColumnValuesToBeInSet(column="dataset", value_set=[ds]),
-            gxe.ExpectColumnValuesToBeInSet(column="split", value_set=list(splits)),
-            # id unique over the whole dataset => every claim is in exactly one split (splits disjoint).
-            gxe.ExpectColumnValuesToBeUnique(column="id"),
-        ]))
+        tables.append(Table(f"{ds}/full", ds, full, _full_rules(cfg, ds)))
         # A missing working file is reported by `file_checks`; the ones present are checked here.
         work = {s: read_prepared(d / ds / f"{s}.jsonl") for s in splits if (d / ds / f"{s}.jsonl").is_file()}
-        files = [(full_file, full_rows), *((f"{ds}/{s}.jsonl", rows) for s, rows in work.items())]
+        files = [(f"full/{ds}.jsonl", full_rows), *((f"{ds}/{s}.jsonl", rows) for s, rows in work.items())]
         tables.append(Table(f"{ds}/references", ds, _references(files), [
             gxe.ExpectColumnValuesToNotBeNull(column="doc_id"),
             gxe.ExpectColumnValuesToBeInSet(column="doc_id", value_set=corpus_ids),
@@ -231,23 +263,7 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
         for group, n in (cfg.expected_rows.get(ds) or {}).items():
             sub = full[full["split"].isin(group.split("+"))] if "split" in full.columns else full
             tables.append(Table(f"{ds}/full[{group}]", ds, sub, [gxe.ExpectTableRowCountToEqual(value=n)]))
-
-        # Each working file: every record an unchanged copy of its full record (so the rules above hold
-        # for it too, and a flipped label or an edited claim is named here), of the file's own split,
-        # with only the labels prepare kept there.
-        full_by_id = {_key(r.get("id")): r for r in reversed(full_rows)}  # the first of duplicates wins
-        for split, rows in work.items():
-            df = _claims_frame(rows)
-            df["differs_from_full"] = pd.Series([_differs_from_full(r, full_by_id, full_file) for r in rows],
-                                                index=df.index, dtype=object)
-            tables.append(Table(f"{ds}/{split}.jsonl", ds, df, [
-                gxe.ExpectColumnValuesToBeNull(column="differs_from_full"),
-                gxe.ExpectColumnValuesToBeInSet(column="split", value_set=[split]),
-                gxe.ExpectColumnValuesToBeInSet(column="label", value_set=kept.get(split) or list(LABELS)),
-            ]))
-        if work:  # ids unique across the working files => the working splits are disjoint
-            ids = pd.DataFrame({"id": pd.Series([r.get("id") for rows in work.values() for r in rows], dtype=object)})
-            tables.append(Table(f"{ds}/working", ds, ids, [gxe.ExpectColumnValuesToBeUnique(column="id")]))
+        tables += _working_tables(ds, work, full_rows, kept)
     return tables
 
 

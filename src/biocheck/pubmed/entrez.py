@@ -30,12 +30,12 @@ from biocheck.io import InputError
 from biocheck.pubmed.article_xml import EsearchReply, parse_efetch, parse_esearch
 from biocheck.pubmed.ratelimit import RateLimiter, shared_limiter
 from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy, redact, utc_now
-from biocheck.pubmed.types import Article, SearchError, SearchResult
+from biocheck.pubmed.types import MAX_RESULTS, Article, SearchError, SearchResult
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://eutils.ncbi.nlm.nih.gov/entrez/eutils/"
-MAX_RETMAX = 10_000  # PubMed's esearch returns at most this many ids per search
+MAX_RETMAX = MAX_RESULTS  # PubMed's esearch returns at most this many ids per search
 EFETCH_BATCH = 200  # ids per efetch request: NCBI asks for batches of about 200
 # <ERROR> texts that NCBI emits when its backend is briefly unwell (worth a retry); any other
 # <ERROR> means the request itself is wrong.

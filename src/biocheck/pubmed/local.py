@@ -34,7 +34,7 @@ from biocheck.pubmed.local_analysis import register
 from biocheck.pubmed.local_compile import Compiled, QueryCompiler
 from biocheck.pubmed.local_files import DamagedFile, check_files, looks_like_index, staging_dir
 from biocheck.pubmed.query import MAX_QUERY_CHARS, parse, to_string
-from biocheck.pubmed.types import Article, SearchError, SearchResult
+from biocheck.pubmed.types import MAX_RESULTS, Article, SearchError, SearchResult
 
 __all__ = ["IndexMissing", "IndexUnavailable", "LocalIndex", "NotAnIndex", "articles_from_corpus"]
 
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 META_FILE = "biocheck_index.json"
 FORMAT_VERSION = 2  # bump when the schema or analyzers change: old indexes must be rebuilt
-MAX_N = 10_000  # as many as PubMed's esearch returns
+MAX_N = MAX_RESULTS  # as many as PubMed's esearch returns
 REBUILD = "rebuild it with `biocheck evidence build` (or `dvc repro -f -s evidence`)"
 BM25 = {
     "variant": "tantivy (Lucene-style) BM25, idf = ln(1 + (N - df + 0.5) / (df + 0.5))",

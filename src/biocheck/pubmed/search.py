@@ -22,13 +22,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from biocheck.pubmed.types import Article, SearchError, SearchResult
+from biocheck.pubmed.types import MAX_RESULTS, Article, SearchError, SearchResult
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("local", "entrez", "replay")
 MODES = ("boolean", "bm25")
-MAX_N = 10_000  # papers per search at most: PubMed's esearch returns no more (retmax)
+MAX_N = MAX_RESULTS  # papers per search at most: PubMed's esearch returns no more (retmax)
 MAX_ATTEMPTS = 20  # entrez: more retries than this only hides an outage behind minutes of backoff
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+MAX_RESULTS = 10_000  # papers per search at most, every backend: PubMed's esearch returns no more (retmax)
+
 
 class Article(BaseModel):
     """One paper as the agent sees it.
