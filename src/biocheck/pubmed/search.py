@@ -1,7 +1,8 @@
-"""The agent's `search_pubmed` tool and the backend factory behind it.
+"""The search tool behind the agent's `search_pubmed` and the backend factory.
 
-`search_pubmed(query, n=5)` returns a list of `{pmid, title, abstract}` (+ year, journal, mesh when
-known) in the backend's relevance order, whatever the backend:
+`SearchTool.run(query, n)` returns a `ToolOutput` whose `results` are `{pmid, title, abstract}` dicts
+(+ year, journal, mesh when known) in the backend's relevance order, whatever the backend (the agent's
+`SearchBudget` turns it into the text the model reads; `biocheck search` prints it):
 
   local   the local index (data/evidence/index) over the prepared corpus, PubMed query syntax
   entrez  live NCBI E-utilities, written through to the evidence store (a repeated query is free)
