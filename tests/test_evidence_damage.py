@@ -310,7 +310,7 @@ def test_a_killed_build_is_cleaned_up_by_the_next_one_not_by_a_concurrent_one(tm
     child = ctx.Process(target=_build_forever, args=(str(index_dir), str(ready)))
     child.start()
     try:
-        for _ in range(1200):  # wait (up to a minute) for the child to be mid-build
+        for _ in range(6000):  # wait (up to 5 minutes on busy cores) for the child to be mid-build
             if ready.exists() or not child.is_alive():
                 break
             time.sleep(0.05)

@@ -222,8 +222,13 @@ def test_grpo_config_carries_every_field_and_the_fixed_settings(tmp_path):
     import torch
 
     assert set(GRPO_VALUES) == set(TrainConfig.GRPO_FIELDS)
+    import warnings
+
     cfg = TrainConfig(out_dir=tmp_path / "ckpt", **GRPO_VALUES)
-    args = cfg.grpo_config(tmp_path / "out", 5, [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # no deprecated transformers name on every training run
+        args = cfg.grpo_config(tmp_path / "out", 5, [])
+    assert args.activation_checkpointing is False
     assert cfg.grpo_config(tmp_path / "o2", 5, ["mlflow"]).report_to == ["mlflow"]
     assert {k: getattr(args, k) for k in TrainConfig.GRPO_FIELDS} == GRPO_VALUES
     assert args.output_dir == str(tmp_path / "out") and args.max_tool_calling_iterations == 5

@@ -39,7 +39,8 @@ app.add_typer(evidence_app, name="evidence")
 app.add_typer(model_app, name="model")
 app.add_typer(profile_app, name="profile")
 
-err = Console(stderr=True)
+# Off a terminal (dvc repro, CI logs) rich would wrap log lines at 80 columns: allow long ones.
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 PROFILES_DIR = Path("profiles")
 
 ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one section per stage).")]

@@ -70,6 +70,8 @@ class TrainConfig:
         from trl import GRPOConfig
 
         kwargs = {k: getattr(self, k) for k in self.GRPO_FIELDS if getattr(self, k) is not None}
+        # transformers renamed it; the new name avoids a FutureWarning on every run (params keep TRL's old name)
+        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
         return GRPOConfig(
             output_dir=str(output_dir), eval_strategy="steps", save_strategy="steps",
             per_device_eval_batch_size=self.per_device_train_batch_size,
@@ -170,6 +172,10 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
     import os as _os
 
     _os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import warnings
+
+    # TRL still calls the old transformers name internally; nothing a user can change, so not shown.
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
     from trl import GRPOTrainer
 
     from biocheck.train.callbacks import TrainProgress
