@@ -154,8 +154,9 @@ def data_validate(
 
     Checks: required columns, non-null/non-empty claims within validate.claim_min_chars..max_chars,
     unique ids per dataset, known labels and splits, every gold/cited doc id present in the corpus,
-    working splits disjoint and drawn from the full data, and the official row counts
-    (validate.expected_rows). The report is written in every case; on failure a summary names the
+    evidence entries well formed (label, sentence indices inside the abstract), the official row
+    counts (validate.expected_rows), and every working split present, in its own file, with only the
+    labels data.keep_labels kept, each record an exact copy of its record in full/. The report is written in every case; on failure a summary names the
     dataset, column, rule and offending ids/values.
     """
     from biocheck.pipeline import validate_stage
