@@ -48,7 +48,7 @@ def build_all(params: dict[str, Any]) -> dict[str, Any]:
     built = {"fetch": pl.fetch_config(p), "data": pl.prepare_config(p), "validate": pl.validate_config(p),
              "evidence": pl.evidence_config(p), "search": pl.search_config(p), "model": pl.model_config(p),
              "agent": pl.agent_config(p), "reward": reward, "judge": judge, "train": pl.train_config(p),
-             "select": pl.select_config(p), "train_setup": pl.train_setup(p)}
+             "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p)}
     return _plain(built)
 
 
@@ -124,12 +124,11 @@ ACCEPTED = {
     "search": "biocheck.pubmed.search:SearchConfig", "model": "biocheck.models.stage:ModelConfig",
     "agent": "biocheck.agent.episode:AgentConfig", "reward": "biocheck.rewards.components:RewardConfig",
     "train": "biocheck.train.grpo:TrainConfig", "select": "biocheck.train.select:SelectConfig",
+    "evaluate": "biocheck.evaluate.config:EvaluateConfig",
 }
 
 
-# A key read only when its twin in another section is absent (one path, one key: see
-# test_paths_shared_between_stages_come_from_one_key). It parses and does nothing: pipeline.py should
-# reject it when set; then these pass and the marks go.
+# A path two stages share is one key, in its owner's section; set in the other section too, it is rejected.
 SHARED = {("fetch", "raw_dir"): "data.raw_dir", ("validate", "prepared_dir"): "data.out_dir",
           ("search", "index_dir"): "evidence.index_dir", ("search", "store"): "evidence.store"}
 

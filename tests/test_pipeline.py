@@ -116,6 +116,7 @@ def _covers(declared: list[str], path: Path | str) -> bool:
 # The params.yaml sections each stage's command reads (biocheck.pipeline builds its Config from them).
 SECTIONS = {"fetch": ["fetch"], "prepare": ["data"], "validate": ["validate"], "evidence": ["evidence"],
             "model": ["model"], "train": ["train", "reward", "agent", "search"], "select": ["select"]}
+VARIANTS = ("eg_grpo", "outcome_only")
 
 
 def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
@@ -123,24 +124,41 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
     from biocheck import pipeline as c
 
     fetch, prep, val = c.fetch_config(params), c.prepare_config(params), c.validate_config(params)
-    ev, model, train, sel = c.evidence_config(params), c.model_config(params), c.train_config(params), \
-        c.select_config(params)
-    return {
+    ev, model = c.evidence_config(params), c.model_config(params)
+    io = {
         "fetch": ([], [fetch.raw_dir]),
         "prepare": ([prep.raw_dir], [prep.out_dir, prep.metrics_path]),
         "validate": ([val.prepared_dir], [val.report_path, val.metrics_path]),
         "evidence": ([ev.corpus], [ev.index_dir, ev.store, ev.metrics_path]),
         "model": ([model.corpus], [model.out_dir, model.metrics_path]),
-        "train": ([model.out_dir, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"],
-                  [train.out_dir, train.metrics_path]),
-        "select": ([sel.checkpoints], [sel.out_dir, sel.metrics_path, sel.curve_path]),
     }
+    for v in VARIANTS:  # one training run and one selection per reward variant (DVC foreach)
+        train, sel = c.train_setup(params, variant=v).train, c.select_config(params, variant=v)
+        io[f"train@{v}"] = ([model.out_dir, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"],
+                            [train.out_dir, train.metrics_path])
+        io[f"select@{v}"] = ([sel.checkpoints], [sel.out_dir, sel.metrics_path, sel.curve_path])
+    return io
+
+
+def _expand(stages: dict) -> dict[str, dict]:
+    """dvc.yaml stages with `foreach` (a mapping) expanded as DVC does: name@key, ${key}, ${item.field}."""
+    out = {}
+    for name, stage in stages.items():
+        if "foreach" not in stage:
+            out[name] = stage
+            continue
+        for key, item in stage["foreach"].items():
+            text = yaml.safe_dump(stage["do"]).replace("${key}", key)
+            for field, value in item.items():
+                text = text.replace("${item.%s}" % field, str(value))
+            out[f"{name}@{key}"] = yaml.safe_load(text)
+    return out
 
 
 def test_dvc_stages_match_the_cli_params_and_configs():
     from biocheck.cli import app
 
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    stages = _expand(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"])
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     io = _stage_io(params)
     assert sorted(stages) == sorted(io)
@@ -150,7 +168,8 @@ def test_dvc_stages_match_the_cli_params_and_configs():
         assert words[0] == "biocheck", name
         result = CliRunner().invoke(app, [*words[1:], "--help"], prog_name="biocheck")
         assert result.exit_code == 0, f"{name}: `{stage['cmd']}` is not a valid command:\n{result.output}"
-        assert set(SECTIONS[name]) <= set(stage.get("params") or []), f"{name}: a params change must rerun it"
+        assert set(SECTIONS[name.split("@")[0]]) <= set(stage.get("params") or []), \
+            f"{name}: a params change must rerun it"
         for key in stage.get("params") or []:
             node = params
             for part in key.split("."):

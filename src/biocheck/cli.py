@@ -44,6 +44,9 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 PROFILES_DIR = Path("profiles")
 
 ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one section per stage).")]
+VariantOpt = Annotated[str | None, typer.Option(
+    "--variant", help="Reward variant: eg_grpo or outcome_only [default: reward.variant]. A variant other than "
+                      "reward.variant (the outcome-only comparison) uses paths with a _<variant> suffix.")]
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -491,6 +494,7 @@ def train(
     max_steps: Annotated[int | None, typer.Option(help="Override train.max_steps.")] = None,
     seed: Annotated[int | None, typer.Option(help="Override train.seed.")] = None,
     out_dir: Annotated[Path | None, typer.Option(help="Checkpoints folder [default: train.out_dir].")] = None,
+    variant: VariantOpt = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Train the agent with EG-GRPO (TRL GRPOTrainer) from models/base.
@@ -501,11 +505,13 @@ def train(
     are reward.variant (eg_grpo or outcome_only) with the weights in `reward:`. Checkpoints go to
     models/checkpoints every train.save_steps with a validation reward every train.eval_steps.
     Rerunning after a kill resumes from the last checkpoint (of the same parameters and inputs).
-    Everything is logged to MLflow. Writes metrics/train.json.
+    Everything is logged to MLflow. Writes metrics/train.json. `--variant outcome_only` trains the
+    standard-GRPO comparison with everything else identical into models/checkpoints_outcome_only
+    (metrics/train_outcome_only.json); `dvc repro` runs both (stages train@eg_grpo, train@outcome_only).
     """
     from biocheck.pipeline import train_stage
 
-    stats = _run(train_stage, params, progress=progress and sys.stderr.isatty(),
+    stats = _run(train_stage, params, progress=progress and sys.stderr.isatty(), variant=variant,
                  max_steps=max_steps, seed=seed, out_dir=out_dir)
     err.print(json.dumps({k: v for k, v in stats.items() if k != "sft"}, indent=2), markup=False, highlight=False)
 
@@ -514,17 +520,20 @@ def train(
 def select_cmd(
     params: ParamsOpt = Path("params.yaml"),
     no_register: Annotated[bool, typer.Option("--no-register", help="Do not touch the MLflow registry.")] = False,
+    variant: VariantOpt = None,
 ) -> None:
     """Pick the checkpoint with the best validation reward (ties: earlier step).
 
     Reads models/checkpoints (train.out_dir), copies the winner to models/selected, writes the whole
     table to metrics/selection.json and the reward curve to metrics/reward_curve.csv, and registers
     the model in the MLflow model registry (select.registered_model) with the alias `champion`.
+    `--variant outcome_only` selects the comparison model from models/checkpoints_outcome_only into
+    models/selected_outcome_only (alias `challenger`); the champion stays EG-GRPO's.
     """
     from biocheck.pipeline import params_of, select_config, select_stage
 
-    cfg = _run(select_config, _run(params_of, params))
-    result = _run(select_stage, params, register=False if no_register else None)
+    cfg = _run(select_config, _run(params_of, params), variant=variant)
+    result = _run(select_stage, params, register=False if no_register else None, variant=variant)
     err.print(f"selected step {result['selected_step']} (validation reward {result['selected_eval_reward']:.4f}; "
               f"start {result['start_eval_reward']}) -> {cfg.out_dir}", markup=False, highlight=False)
 

@@ -28,7 +28,7 @@ from biocheck.params import DEFAULT_PARAMS, Params, load_params, plain, raw_sect
 log = logging.getLogger(__name__)
 
 SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "train",
-            "select")
+            "select", "evaluate")
 
 
 def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -164,11 +164,48 @@ def reward_config(params: dict[str, Any], judge: str | None = None, **overrides:
     return cfg, judge_cfg
 
 
-def select_config(params: dict[str, Any], **overrides: Any):
+def primary_variant(params: dict[str, Any]) -> str:
+    """The reward variant of the project's own model (reward.variant, EG-GRPO): it keeps the plain paths."""
+    return reward_config(params)[0].variant
+
+
+def variant_path(path: Path | str, suffix: str) -> Path:
+    """models/checkpoints -> models/checkpoints_outcome_only; metrics/train.json -> metrics/train_outcome_only.json."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}{suffix}{p.suffix}") if suffix else p
+
+
+def _variant_suffix(params: dict[str, Any], variant: str | None) -> tuple[str, str]:
+    from biocheck.rewards.components import VARIANTS
+
+    primary = primary_variant(params)
+    variant = variant or primary
+    if variant not in VARIANTS:
+        raise InputError(f"--variant {variant}: expected one of {', '.join(VARIANTS)}.")
+    return variant, "" if variant == primary else f"_{variant}"
+
+
+def select_config(params: dict[str, Any], variant: str | None = None, **overrides: Any):
+    """SelectConfig for a reward variant: the primary one (reward.variant) selects into select.out_dir and
+    moves the `champion` alias; another one (the outcome-only comparison) uses `_<variant>` paths and
+    `challenger`."""
     from biocheck.train.select import SelectConfig
 
+    variant, suffix = _variant_suffix(params, variant)
     values = _default(params, "select", "checkpoints", raw_section(params, "train").get("out_dir"))
-    return section(params, "select", SelectConfig, values=values, **overrides)
+    cfg = section(params, "select", SelectConfig, values=values, **overrides)
+    if suffix:
+        for key in ("checkpoints", "out_dir", "metrics_path", "curve_path"):
+            setattr(cfg, key, variant_path(getattr(cfg, key), suffix))
+        cfg.alias = "challenger"
+    return cfg
+
+
+def evaluate_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.evaluate.config import EvaluateConfig
+
+    return section(params, "evaluate", EvaluateConfig, options={"systems": "--systems", "datasets": "--datasets"},
+                   **overrides)
 
 
 # --- components --------------------------------------------------------------------------------------
@@ -225,10 +262,19 @@ class TrainSetup:
     prepared: Path
 
 
-def train_setup(params: dict[str, Any], **overrides: Any) -> TrainSetup:
+def train_setup(params: dict[str, Any], variant: str | None = None, **overrides: Any) -> TrainSetup:
+    """Everything one training run needs. `variant` trains another reward variant than reward.variant with
+    everything else identical (the outcome-only comparison) into `_<variant>` paths."""
+    import dataclasses
+
     p = params_of(params)
     train_cfg = train_config(p, **overrides)
     reward_cfg, judge_cfg = reward_config(p)
+    variant, suffix = _variant_suffix(p, variant)
+    if suffix:
+        reward_cfg = dataclasses.replace(reward_cfg, variant=variant)
+        train_cfg.out_dir = variant_path(train_cfg.out_dir, suffix)
+        train_cfg.metrics_path = variant_path(train_cfg.metrics_path, suffix) if train_cfg.metrics_path else None
     return TrainSetup(train=train_cfg, agent=agent_config(p), search=search_config(p, backend=train_cfg.search_backend),
                       reward=reward_cfg, judge=judge_cfg, model=model_config(p), prepared=prepared_dir(p))
 
@@ -289,17 +335,17 @@ def model_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **override
 
 
 def train_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
-                **overrides: Any) -> dict:
+                variant: str | None = None, **overrides: Any) -> dict:
     from biocheck.train.stage import train
 
-    return train(train_setup(params_of(params), **overrides), progress=progress)
+    return train(train_setup(params_of(params), variant=variant, **overrides), progress=progress)
 
 
 def select_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, register: bool | None = None,
-                 **overrides: Any) -> dict:
+                 variant: str | None = None, **overrides: Any) -> dict:
     from biocheck.train.select import select
 
-    cfg = select_config(params_of(params), **overrides)
+    cfg = select_config(params_of(params), variant=variant, **overrides)
     if register is not None:
         cfg.register = register
     return select(cfg)

@@ -34,6 +34,7 @@ class SelectConfig:
     curve_path: Path = Path("metrics/reward_curve.csv")
     registered_model: str = "biocheck-agent"
     register: bool = True
+    alias: str = "champion"  # the registry alias this selection moves (the comparison variant: "challenger")
 
     def __post_init__(self) -> None:
         for k in ("checkpoints", "out_dir", "metrics_path", "curve_path"):
@@ -98,7 +99,7 @@ def select(cfg: SelectConfig | None = None) -> dict[str, Any]:
 
 
 def register(cfg: SelectConfig, best: dict[str, Any]) -> dict[str, Any] | None:
-    """Register models/selected as a new version of `cfg.registered_model`, alias `champion`."""
+    """Register models/selected as a new version of `cfg.registered_model` under `cfg.alias` (champion)."""
     from biocheck import tracking
 
     if not tracking.enabled():
@@ -116,5 +117,5 @@ def register(cfg: SelectConfig, best: dict[str, Any]) -> dict[str, Any] | None:
         mv = client.create_model_version(cfg.registered_model, source=cfg.out_dir.resolve().as_uri(),
                                          run_id=run.info.run_id,
                                          tags={"step": str(best["step"]), "eval_reward": str(best["eval_reward"])})
-        client.set_registered_model_alias(cfg.registered_model, "champion", mv.version)
-    return {"name": cfg.registered_model, "version": mv.version, "alias": "champion"}
+        client.set_registered_model_alias(cfg.registered_model, cfg.alias, mv.version)
+    return {"name": cfg.registered_model, "version": mv.version, "alias": cfg.alias}
