@@ -115,7 +115,8 @@ def _covers(declared: list[str], path: Path | str) -> bool:
 
 # The params.yaml sections each stage's command reads (biocheck.pipeline builds its Config from them).
 SECTIONS = {"fetch": ["fetch"], "prepare": ["data"], "validate": ["validate"], "evidence": ["evidence"],
-            "model": ["model"], "train": ["train", "reward", "agent", "search"], "select": ["select"]}
+            "model": ["model"], "train": ["train", "reward", "agent", "search"], "select": ["select"],
+            "evaluate": ["evaluate", "agent", "search", "reward"]}
 VARIANTS = ("eg_grpo", "outcome_only")
 
 
@@ -137,6 +138,10 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
         io[f"train@{v}"] = ([model.out_dir, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"],
                             [train.out_dir, train.metrics_path])
         io[f"select@{v}"] = ([sel.checkpoints], [sel.out_dir, sel.metrics_path, sel.curve_path])
+    ev_cfg, models = c.evaluate_config(params), c.eval_models(params)
+    io["evaluate"] = ([spec.partition(":")[2] for spec in set(models.values())] + [ev.index_dir]
+                      + [prep.out_dir / f"{split}.jsonl" for split in ("scifact/test", "healthfc/test")],
+                      [ev_cfg.out_dir, ev_cfg.report_dir, ev_cfg.metrics_path, ev_cfg.paired_path])
     return io
 
 

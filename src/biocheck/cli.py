@@ -538,6 +538,51 @@ def select_cmd(
               f"start {result['start_eval_reward']}) -> {cfg.out_dir}", markup=False, highlight=False)
 
 
+# --- evaluation -------------------------------------------------------------------------------------
+
+@app.command()
+def evaluate(
+    params: ParamsOpt = Path("params.yaml"),
+    systems: Annotated[str | None, typer.Option(
+        help="Comma-separated systems: base, eg_grpo, outcome_only, no_retrieval, pmsearch, cer, fire "
+             "[default: evaluate.systems].")] = None,
+    datasets: Annotated[str | None, typer.Option(
+        help="Comma-separated datasets: scifact, healthfc [default: evaluate.datasets].")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N claims per dataset [default: evaluate.limit].")] = None,
+    workers: Annotated[int | None, typer.Option(help="Claims in flight per system [default: evaluate.workers].")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Ad-hoc run: write everything under this folder instead of eval/, metrics/ and reports/eval/.")] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Evaluate BioCheck against its baselines on SciFact and HealthFC.
+
+    Systems: base (the agent with models/base), eg_grpo (the selected EG-GRPO checkpoint), outcome_only
+    (the selected outcome-only GRPO checkpoint), no_retrieval, pmsearch (the agent's graph, label only),
+    cer (BM25 retrieve-then-verify), fire (iterative search and verify); see docs/evaluation.md. Each
+    episode is cached per (system fingerprint, claim), so a rerun computes only what is missing.
+    Writes eval/predictions/<system>/<dataset>.jsonl, metrics/eval.json (accuracy, macro P/R/F1,
+    intervals, EQS, EHR, ...), metrics/eval_paired.json (eg_grpo against each system: paired bootstrap,
+    McNemar), plot data, the gallery reports/eval/index.html, and one MLflow run per system and dataset
+    (experiment biocheck-eval).
+    """
+    from biocheck.pipeline import evaluate_stage
+
+    def names(text: str | None) -> list[str] | None:
+        return [x.strip() for x in text.split(",") if x.strip()] if text is not None else None
+
+    result = _run(evaluate_stage, params, progress=progress and sys.stderr.isatty(), out=out,
+                  systems=names(systems), datasets=names(datasets), limit=limit, workers=workers)
+    for system, by_dataset in result["metrics"].items():
+        for dataset, m in by_dataset.items():
+            acc, f1 = m.get("accuracy"), m.get("macro_f1")
+            err.print(f"{system:>13} {dataset:<9} accuracy {acc if acc is None else f'{acc:.3f}'}  "
+                      f"macro-F1 {f1 if f1 is None else f'{f1:.3f}'}  n {m.get('n')}", markup=False, highlight=False)
+    for step, why in result.get("skipped", {}).items():
+        err.print(f"warning: {step} skipped: {why}", markup=False, highlight=False)
+    if result.get("gallery"):
+        err.print(f"gallery: {result['gallery']}", markup=False, highlight=False)
+
+
 # --- profiles ------------------------------------------------------------------------------------
 
 def _profiles() -> dict[str, Path]:

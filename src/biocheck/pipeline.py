@@ -351,8 +351,71 @@ def select_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, register:
     return select(cfg)
 
 
+def eval_models(params: dict[str, Any]) -> dict[str, str]:
+    """The model spec each evaluated system runs (agent.llm semantics): the BioCheck agents with the base
+    model and the two selected checkpoints; every baseline with the base model. A hosted model
+    (openai:...) has no checkpoints: every system then runs agent.llm."""
+    from biocheck.evaluate.config import SYSTEMS
+
+    llm = agent_config(params).llm
+    kind, _, _ = llm.partition(":")
+    local = kind in ("transformers", "vllm")
+    base = f"{kind}:{model_config(params).out_dir}" if local else llm
+    models = {name: base for name in SYSTEMS}
+    if local:
+        models["eg_grpo"] = f"{kind}:{select_config(params).out_dir}"
+        models["outcome_only"] = f"{kind}:{select_config(params, variant='outcome_only').out_dir}"
+    return models
+
+
+MAKE_MODEL = {"base": "dvc repro model", "eg_grpo": "dvc repro select@eg_grpo",
+              "outcome_only": "dvc repro train@outcome_only select@outcome_only"}
+
+
+def _check_model(system: str, spec: str) -> None:
+    """A local model folder must exist before a long evaluation starts, with the command that makes it."""
+    kind, _, ref = spec.partition(":")
+    if kind in ("transformers", "vllm") and system in MAKE_MODEL and not (Path(ref) / "config.json").is_file():
+        raise InputError(f"{system}: no model in {ref}; run `{MAKE_MODEL[system]}` first.")
+
+
+def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
+                   out: Path | str | None = None, **overrides: Any) -> dict:
+    """Every system in evaluate.systems on every dataset in evaluate.datasets; `out` puts every output of an
+    ad-hoc run (outside DVC) under one folder instead of eval/, metrics/ and reports/."""
+    from biocheck.data.prepare import load_split
+    from biocheck.evaluate.config import DATASETS
+    from biocheck.evaluate.harness import make_scorer
+    from biocheck.evaluate.stage import evaluate
+    from biocheck.evaluate.systems import make_system
+
+    p = params_of(params)
+    cfg = evaluate_config(p, **overrides)
+    if out is not None:
+        out = Path(out)
+        cfg.out_dir, cfg.report_dir, cfg.plots_dir = out, out / "gallery", out / "plots"
+        cfg.metrics_path, cfg.paired_path = out / "eval.json", out / "eval_paired.json"
+    agent_cfg, search_cfg = agent_config(p), search_config(p)
+    models = eval_models(p)
+    for name in cfg.systems:
+        _check_model(name, models[name])
+    systems = {name: make_system(name, llm=models[name], agent_cfg=agent_cfg, search_cfg=search_cfg, eval_cfg=cfg)
+               for name in cfg.systems}
+    claims = {}
+    for d in cfg.datasets:
+        dataset, split = DATASETS[d].split("/")
+        claims[d] = load_split(dataset, split, prepared_dir(p))
+        if not claims[d]:
+            raise InputError(f"{prepared_dir(p) / DATASETS[d]}.jsonl: no claims to evaluate; check data.subset "
+                             "and data.keep_labels, then `dvc repro prepare`.")
+    reward_cfg, judge_cfg = reward_config(p)
+    scorer = make_scorer(make_judge(judge_cfg), reward_cfg)
+    # MLflow: one run per (system, dataset) in the biocheck-eval experiment (evaluate/compare.log_mlflow)
+    return evaluate(cfg, systems, claims, scorer, progress=progress, profile=p.get("profile"))
+
+
 __all__ = ["DEFAULT_PARAMS", "JudgeConfig", "Params", "SECTIONS", "TrainSetup", "agent", "agent_config",
-           "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
+           "eval_models", "evaluate_config", "evaluate_stage", "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
            "make_judge", "make_prompts", "make_search_tool", "model_config", "model_stage", "params_of",
            "prepare_config", "prepare_stage", "prepared_dir", "reward_config", "search_config", "select_config",
            "select_stage", "train_config", "train_setup", "train_stage", "validate_config", "validate_stage"]
