@@ -1,0 +1,271 @@
+"""The evaluation gallery: static files (escaping, one page per claim, links that resolve) and, in a real
+headless Chromium driven by Playwright, the page itself (no console errors, filters, claim pages, no XSS).
+
+The browser tests skip, saying why, when Playwright or a Chromium executable is missing: install them with
+`pip install playwright` and `apt-get install chromium` (or set BIOCHECK_CHROMIUM to a Chromium binary).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from biocheck.agent.episode import Episode
+from biocheck.evaluate.gallery import write_gallery
+from biocheck.evaluate.systems.base import Prediction
+from biocheck.labels import Label
+from biocheck.pubmed.types import Article
+from biocheck.report.schema import EvidenceItem, Report, Summary
+
+XSS = "<script>alert(1)</script>"
+S, R, N = Label.SUPPORTED, Label.REFUTED, Label.NEI
+ABSTRACT = "Vitamin D lowered the rate of hip fractures in older adults."
+
+# (dataset, claim id, gold, claim text); ids with odd characters need safe file names.
+CLAIMS = [
+    ("scifact", "12", S, "Vitamin D prevents hip fractures."),
+    ("scifact", "a/b c?<x>", R, f"Claim with markup {XSS} in it."),
+    ("scifact", "A", N, "Upper-case id."),
+    ("scifact", "a", S, "Lower-case id (a case-folding file system would clash with 'A')."),
+    ("healthfc", "hf-1", R, "Green tea cures colds."),
+    ("healthfc", "hf-2", N, "Coffee extends life."),
+]
+# (system, dataset) -> predicted labels in CLAIMS order for that dataset (None: no label read).
+PREDS = {
+    ("eg_grpo", "scifact"): [S, R, S, None],
+    ("eg_grpo", "healthfc"): [R, R],
+    ("no_retrieval", "scifact"): [R, R, N, S],
+    ("no_retrieval", "healthfc"): [N, N],
+}
+SYSTEMS = ["eg_grpo", "no_retrieval"]
+
+
+def _predictions() -> dict[tuple[str, str], list[Prediction]]:
+    out = {}
+    for (system, dataset), labels in PREDS.items():
+        claims = [c for c in CLAIMS if c[0] == dataset]
+        out[(system, dataset)] = [
+            Prediction(id=cid, dataset=dataset, system=system, fingerprint="f" * 16, gold=gold, pred=label,
+                       trace=f"traces/{system}/{dataset}/{i}.json", writes_report=system == "eg_grpo",
+                       eqs=0.5 if system == "eg_grpo" else None, searches=2 if system == "eg_grpo" else 0)
+            for i, ((_d, cid, gold, _t), label) in enumerate(zip(claims, labels, strict=True))]
+    return out
+
+
+def _episode(p: Prediction) -> Episode | None:
+    if p.id == "hf-2" and p.system == "no_retrieval":
+        return None  # a prediction without a trace
+    text = next(t for d, cid, _g, t in CLAIMS if d == p.dataset and cid == p.id)
+    report = Report(
+        supporting=[EvidenceItem(pmid="111", quote="lowered the rate of hip fractures", context=f"ctx {XSS}")],
+        refuting=[EvidenceItem(pmid="999", quote=f"Invented {XSS}.", context="made up")],
+        summary=Summary(justification=f"because {XSS}"), conclusion=p.pred)
+    ledger = {"111": Article(pmid="111", title="Vitamin D trial", abstract=ABSTRACT, source="entrez")}
+    return Episode(claim=text, claim_id=p.id, dataset=p.dataset, messages=[], ledger=ledger, report=report,
+                   final_text=f"Final answer {XSS}", llm="scripted", searches=p.searches)
+
+
+def _metrics() -> dict:
+    out: dict = {}
+    for (system, dataset), preds in _predictions().items():
+        acc = sum(p.pred == p.gold for p in preds) / len(preds)
+        out.setdefault(system, {})[dataset] = {
+            "accuracy": acc, "macro_f1": acc / 2, "n": len(preds),
+            "ci": {"accuracy": [acc / 4, min(1.0, acc + 0.1)], "macro_f1": [0.0, acc]},
+            "eqs": 0.5 if system == "eg_grpo" else None}
+    out["no_retrieval"]["healthfc"].pop("ci")  # a missing key is tolerated
+    return out
+
+
+PAIRED = {d: {"no_retrieval": {"n": 4, "accuracy_diff": {"mean": 0.25, "ci": [-0.5, 0.75], "p": 0.0004},
+                                "macro_f1_diff": {"mean": 0.1, "ci": [-0.2, 0.4], "p": 0.6},
+                                "mcnemar": {"b": 3, "c": 1, "p": 0.625}}} for d in ("scifact", "healthfc")}
+
+
+@pytest.fixture()
+def gallery(tmp_path) -> Path:
+    return write_gallery(tmp_path / "reports" / "eval", _predictions(), _episode, _metrics(), PAIRED)
+
+
+def _claim_pages(index: Path) -> list[Path]:
+    return sorted((index.parent / "claims").rglob("*.html"))
+
+
+def _hrefs(page: Path) -> list[str]:
+    return [html.unescape(h) for h in re.findall(r'href="([^"]*)"', page.read_text())]
+
+
+# -- static checks -----------------------------------------------------------------------------------
+
+
+def test_every_claim_has_a_page_and_every_link_resolves(gallery):
+    assert gallery.name == "index.html" and gallery.is_file()
+    pages = _claim_pages(gallery)
+    assert len(pages) == len(CLAIMS)
+    assert len({p.name.lower() for p in pages if p.parent.name == "scifact"}) == 4  # "A" and "a" do not clash
+    linked = set()
+    for page in [gallery, *pages]:
+        for href in _hrefs(page):
+            if href.startswith(("#", "https://")):
+                continue
+            target = (page.parent / unquote(href)).resolve()
+            assert target.is_file(), f"{page.name}: broken link {href}"
+            linked.add(target)
+    assert {p.resolve() for p in pages} <= linked  # the index reaches every claim page
+    assert not [p for p in gallery.parent.parent.iterdir() if p.name.startswith(".tmp-")]  # atomic: no leftovers
+
+
+def test_model_and_claim_text_is_escaped(gallery):
+    for page in [gallery, *_claim_pages(gallery)]:
+        text = page.read_text()
+        # the only script element is the gallery's own (one, at the end)
+        assert text.count("<script") == 1 and "alert(1)</script>" not in text, page
+        assert "<x>" not in text
+    index = gallery.read_text()
+    assert html.escape(f"Claim with markup {XSS} in it.") in index
+    assert 'srcdoc="' not in index and "http" not in index.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_claim_page_shows_each_verdict_and_the_rendered_report(gallery):
+    page = next(p for p in _claim_pages(gallery) if p.name == "12.html").read_text()
+    rows = dict(re.findall(r'<tr data-system="([^"]+)">.*?<td>(right|wrong)</td>', page))
+    assert rows == {"eg_grpo": "right", "no_retrieval": "wrong"}  # gold S; eg_grpo said S, no_retrieval R
+    frame = html.unescape(re.search(r'srcdoc="([^"]*)"', page).group(1))  # eg_grpo writes a report
+    assert "<mark>lowered the rate of hip fractures</mark>" in frame
+    assert "not in the retrieved papers" in frame and html.escape(XSS) in frame
+    assert page.count("<iframe") == 1  # the label-only system has no report frame, only its text
+    missing = next(p for p in _claim_pages(gallery) if p.name == "hf-2.html").read_text()
+    assert "No trace for this prediction." in missing and "Green tea" not in missing
+
+
+def test_tables_and_plots_cover_every_system_and_dataset(gallery):
+    index = gallery.read_text()
+    metric_rows = re.findall(r'<tr data-filter="" data-system="([^"]+)" data-dataset="([^"]+)"><td>', index)
+    assert set(metric_rows) >= set(PREDS)
+    acc = _metrics()["eg_grpo"]["scifact"]["accuracy"]
+    assert f"{acc:.3f}" in index
+    assert index.count('<figure class="plot"') == len({d for _, d in PREDS}) + len(PREDS)
+    # confusion matrix counts, read back from the SVG, equal the predictions' (gold, pred) counts
+    for (system, dataset), preds in _predictions().items():
+        fig = re.search(rf'<figure class="plot" data-filter="" data-system="{system}" data-dataset="{dataset}">'
+                        r"(.*?)</figure>", index).group(1)
+        cells = Counter({(g, p): int(n) for g, p, n in
+                         re.findall(r"<title>gold (\w+), predicted (\w+): (\d+)</title>", fig)})
+        expected = Counter((p.gold.value, p.pred.value if p.pred else "OTHER") for p in preds)
+        assert +cells == expected
+    assert '<span class="sig">&lt;0.001</span>' in index  # the paired test's small p, bold
+
+
+def test_a_failing_writer_leaves_the_old_gallery(tmp_path, gallery):
+    before = {p: p.read_text() for p in [gallery, *_claim_pages(gallery)]}
+    calls = []
+
+    def breaks_late(p):  # new text for the first claims, then a trace that cannot be read
+        calls.append(p)
+        if len(calls) > 4:
+            raise RuntimeError("trace unreadable")
+        ep = _episode(p)
+        return ep.model_copy(update={"claim": "a new claim text"}) if ep else None
+
+    with pytest.raises(RuntimeError):
+        write_gallery(gallery.parent, _predictions(), breaks_late, _metrics(), PAIRED)
+    assert {p: p.read_text() for p in [gallery, *_claim_pages(gallery)]} == before
+    assert not [p for p in gallery.parent.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+# -- in a real browser -------------------------------------------------------------------------------
+
+
+def _chromium() -> str | None:
+    for candidate in (os.environ.get("BIOCHECK_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if candidate and (path := shutil.which(candidate)):
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
+                                   "(pip install playwright): the gallery's browser tests need it")
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no Chromium executable (apt-get install chromium, or set BIOCHECK_CHROMIUM)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser):
+    ctx = browser.new_context()
+    pg = ctx.new_page()
+    pg.errors, pg.dialogs = [], []
+    pg.on("console", lambda m: m.type == "error" and pg.errors.append(m.text))
+    pg.on("pageerror", lambda exc: pg.errors.append(str(exc)))
+    pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
+    yield pg
+    ctx.close()
+
+
+def _visible_rows(pg) -> list[tuple[str, str]]:
+    return [(r.get_attribute("data-dataset"), r.get_attribute("data-gold"))
+            for r in pg.locator("tr.claim-row").all() if r.is_visible()]
+
+
+def test_browser_index_loads_and_the_table_shows_every_system(page, gallery):
+    page.goto(gallery.as_uri())
+    assert page.title() == "BioCheck evaluation"
+    shown = {page.locator("#metrics tbody tr").nth(i).locator("td").first.inner_text()
+             for i in range(page.locator("#metrics tbody tr").count())}
+    assert shown == set(SYSTEMS)
+    assert len(_visible_rows(page)) == len(CLAIMS)
+    assert page.locator("#claim-count").inner_text() == f"{len(CLAIMS)} of {len(CLAIMS)} claims shown"
+    assert page.errors == [] and page.dialogs == []
+
+
+def test_browser_filters_hide_rows(page, gallery):
+    page.goto(gallery.as_uri())
+    page.select_option("#f-dataset", "healthfc")
+    assert _visible_rows(page) == [("healthfc", c[2].value) for c in CLAIMS if c[0] == "healthfc"]
+    assert all(r.get_attribute("data-dataset") == "healthfc"
+               for r in page.locator("#metrics tbody tr").all() if r.is_visible())
+    page.select_option("#f-dataset", "")
+    page.select_option("#f-system", "no_retrieval")
+    page.select_option("#f-outcome", "wrong")
+    wrong = [(d, g.value) for (d, _cid, g, _t), p in
+             zip(CLAIMS, [p for ds in ("scifact", "healthfc") for p in _predictions()[("no_retrieval", ds)]],
+                 strict=True) if p.pred != g]
+    assert _visible_rows(page) == wrong
+    assert not page.locator('#claims th[data-system="eg_grpo"]').is_visible()
+    assert page.locator('#claims th[data-system="no_retrieval"]').is_visible()
+    page.select_option("#f-gold", "NEI")
+    assert _visible_rows(page) == [x for x in wrong if x[1] == "NEI"]
+    assert page.errors == []
+
+
+def test_browser_claim_page_shows_verdicts_and_escapes_model_text(page, gallery):
+    page.goto(gallery.as_uri())
+    page.get_by_role("link", name=re.compile("Claim with markup")).click()
+    page.wait_for_load_state("load")
+    assert page.dialogs == []  # the claim's <script> did not run
+    assert "a_b_c_x" in page.url  # the safe file name of id "a/b c?<x>"
+    verdicts = {r.get_attribute("data-system"): r.locator("td").nth(2).inner_text()
+                for r in page.locator("#verdicts tbody tr").all()}
+    assert verdicts == {"eg_grpo": "right", "no_retrieval": "right"}  # gold R, both said R
+    assert XSS in page.locator("p.claim").inner_text()  # shown as text
+    frame = page.frame_locator("iframe.report")
+    assert frame.locator("mark").first.inner_text() == "lowered the rate of hip fractures"
+    assert XSS in frame.locator("body").inner_text() and frame.locator("script").count() == 0
+    page.locator("details summary").first.click()  # the label-only system's own text
+    assert XSS in page.locator("pre.final").inner_text()
+    assert page.dialogs == [] and page.errors == []
+    page.get_by_role("link", name="← all claims").click()
+    assert page.title() == "BioCheck evaluation"
