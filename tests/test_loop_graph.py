@@ -315,3 +315,15 @@ def test_timing_counts_a_failed_llm_call(monkeypatch):
     ep = Agent(Dead([]), TableTool(TABLE), AgentConfig(llm="x")).run("A claim.")
     assert ep.timing["llm_s"] == round(clock.step, 4) and ep.timing["search_s"] == 0.0
     assert ep.llm_calls == 1 and ep.final_text == ""
+
+
+def test_token_usage_is_kept_on_the_message_and_never_sent_back_to_a_server():
+    from biocheck.agent.llm.openai_backend import _wire
+
+    usage = {"prompt_tokens": 120, "completion_tokens": 30}
+    llm = TurnLLM([AssistantTurn(content=REPORT, raw="<r>", usage=usage)])
+    ep = Agent(llm, TableTool(TABLE), AgentConfig(llm="fake")).run("A claim.")
+    assert ep.messages[-1]["usage"] == usage and ep.messages[-1]["raw"] == "<r>"
+    assert _wire(ep.messages)[-1] == {"role": "assistant", "content": REPORT}  # trace keys stay in the trace
+    quiet = Agent(TurnLLM([AssistantTurn(content=REPORT)]), TableTool(TABLE), AgentConfig(llm="fake")).run("A claim.")
+    assert "usage" not in quiet.messages[-1]

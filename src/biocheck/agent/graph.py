@@ -70,6 +70,8 @@ def build_graph(llm: ChatLLM, cfg: GraphConfig, prompts: Prompts):
         msg = turn.to_message()
         if turn.raw is not None:
             msg["raw"] = turn.raw  # kept for traces; chat templates ignore unknown keys
+        if getattr(turn, "usage", None):
+            msg["usage"] = dict(turn.usage)  # tokens per claim in evaluation; never sent back to a server
         return {"messages": [msg], "llm_calls": state.get("llm_calls", 0) + 1,
                 "llm_seconds": time.perf_counter() - t0}
 

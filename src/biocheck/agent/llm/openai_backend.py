@@ -26,11 +26,14 @@ log = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
+WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
 def _wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Our messages -> the API's: tool-call arguments travel as JSON strings."""
     out = []
     for m in messages:
-        m = dict(m)
+        m = {k: v for k, v in m.items() if k in WIRE_KEYS}  # our trace keys (raw, usage) stay here
         if m.get("tool_calls"):
             m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"])}}
                                for c in m["tool_calls"]]

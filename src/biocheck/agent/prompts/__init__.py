@@ -4,6 +4,9 @@ The same texts drive `biocheck check`, evaluation and RL training: nothing else 
 spells out a prompt. A `Prompts` holds the two numbers the texts state (the search budget and the
 papers per search) and also gives the tool's schema, so the system prompt and the tool description
 can never disagree. `hash()` covers everything the model reads and is logged with every episode and run.
+
+`report=False` is the label-only variant (the PMSearch baseline): the same search instructions, but the
+final answer is a label, not a report; its texts are the `*_label_only.md` files beside the others.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 NAMES = ("system", "user", "intervention", "refusal")
+LABEL_ONLY = ("system", "intervention")  # the texts that ask for the report; the others are shared
 
 
 @cache
@@ -27,14 +31,19 @@ def _raw(name: str) -> str:
 class Prompts:
     max_searches: int = 5
     papers_per_search: int = 5
+    report: bool = True  # False: the label-only variant (final answer = a label, no report)
 
     @classmethod
     def for_tool(cls, max_searches: int, tool: Any) -> Prompts:
         """The prompts for a search tool: papers per search is what the tool returns (`tool.max_results`)."""
         return cls(max_searches=max_searches, papers_per_search=int(tool.max_results))
 
+    def _file(self, name: str) -> str:
+        return name if self.report or name not in LABEL_ONLY else f"{name}_label_only"
+
     def _fill(self, name: str, **extra: str) -> str:
-        return _raw(name).format(max_searches=self.max_searches, papers_per_search=self.papers_per_search, **extra)
+        return _raw(self._file(name)).format(max_searches=self.max_searches, papers_per_search=self.papers_per_search,
+                                             **extra)
 
     def system(self) -> str:
         return self._fill("system")
@@ -61,7 +70,9 @@ class Prompts:
         """sha256 (first 16 hex digits) over every filled prompt, the user template and the tool schema."""
         h = hashlib.sha256()
         for name in NAMES:
-            text = _raw(name) if name == "user" else self._fill(name)
-            h.update(name.encode() + b"\0" + text.encode() + b"\0")
+            # The file's name is hashed, so the variants differ even where a text is shared; the report
+            # variant keeps its historical hash (the names are then the plain ones).
+            text = _raw(self._file(name)) if name == "user" else self._fill(name)
+            h.update(self._file(name).encode() + b"\0" + text.encode() + b"\0")
         h.update(json.dumps(self.tool_schema(), sort_keys=True).encode())
         return h.hexdigest()[:16]

@@ -1,0 +1,322 @@
+"""The evaluation's numbers, from `Prediction`s: per-system metrics, paired tests against the reference
+system, DVC plot data and MLflow runs.
+
+Classification follows evaluate/metrics.py (scikit-learn's definitions, None = wrong). Every dict returned
+has the same keys for every system and dataset, with None where a number does not apply (EQS of a system
+that writes no report, an interval with no resamples), so `dvc metrics diff` and MLflow's compare view
+line the systems up. Intervals are {"lo", "hi"} dicts rather than pairs: DVC and MLflow read numbers only.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from biocheck.evaluate.config import REFERENCE
+from biocheck.evaluate.metrics import (  # _encode/_scores: the paired bootstrap scores resamples the same way
+    LABEL_SETS,
+    OTHER,
+    _encode,
+    _scores,
+    bootstrap_ci,
+    bootstrap_mean_ci,
+    classification_metrics,
+)
+from biocheck.evaluate.systems.base import Prediction
+from biocheck.io import write_text_atomic
+from biocheck.params import plain
+
+EXPERIMENT = "biocheck-eval"
+SCORES = ("accuracy", "macro_precision", "macro_recall", "macro_f1")
+PAIRED = ("accuracy", "macro_f1")  # the differences the paired bootstrap tests
+
+
+# --- per system -------------------------------------------------------------------------------------
+
+def _interval(ci: tuple[float, float] | None) -> dict[str, float | None]:
+    return {"lo": ci[0], "hi": ci[1]} if ci is not None else {"lo": None, "hi": None}
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(sum(values) / len(values)) if values else None
+
+
+def _check_one(preds: Sequence[Prediction]) -> None:
+    """One (system, dataset) at a time, each claim once: mixing them would silently pool the numbers."""
+    pairs = sorted({(p.system, p.dataset) for p in preds})
+    if len(pairs) > 1:
+        raise ValueError(f"predictions mix (system, dataset) pairs {pairs}; pass one pair at a time")
+    ids = [p.id for p in preds]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        where = f"{pairs[0][0]}/{pairs[0][1]}" if pairs else "predictions"
+        raise ValueError(f"{where}: claim ids {dup} appear more than once; each claim needs one prediction "
+                         "(rerun the evaluation to rebuild the predictions file)")
+
+
+def _classification(gold: list[str], pred: list[str | None], label_set: str, n_resamples: int,
+                    seed: int) -> dict[str, Any]:
+    """classification_metrics + bootstrap_ci, with every key present (None when there is no claim)."""
+    labels = LABEL_SETS[label_set]
+    m = classification_metrics(gold, pred, labels)
+    ci = bootstrap_ci(gold, pred, labels, n_resamples, seed)
+    empty = {"precision": None, "recall": None, "f1": None, "support": 0}
+    return {
+        "n": len(gold),
+        **{k: m.get(k) for k in SCORES},
+        "per_label": m.get("per_label") or {lab: dict(empty) for lab in labels},
+        "confusion": m.get("confusion") or {lab: {c: 0 for c in [*labels, OTHER]} for lab in labels},
+        "ci": {k: _interval(ci.get(k)) for k in SCORES},
+    }
+
+
+def system_metrics(preds: Sequence[Prediction], n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Metrics of one system on one dataset. Top level: the 3-way scores (S/R/NEI), per-label scores,
+    confusion matrix and `ci`; `2way`: the same on the claims with S/R gold; evidence (EQS, EHR, parseable
+    share) for report-writing systems, else None; cost (searches, tokens, seconds) per claim."""
+    preds = list(preds)
+    _check_one(preds)
+    gold = [p.gold.value for p in preds]
+    pred = [_label(p) for p in preds]
+    out = _classification(gold, pred, "3way", n_resamples, seed)
+    two = [i for i, g in enumerate(gold) if g in LABEL_SETS["2way"]]
+    out["2way"] = _classification([gold[i] for i in two], [pred[i] for i in two], "2way", n_resamples, seed)
+
+    # Evidence: EQS averages the reports that cite something (the harness leaves eqs None otherwise), EHR all
+    # scored reports (0 for one citing nothing), as docs/rewards.md defines them.
+    reports = any(p.writes_report for p in preds)
+    eqs = [p.eqs for p in preds if p.eqs is not None] if reports else []
+    ehr = [p.ehr for p in preds if p.ehr is not None] if reports else []
+    out.update(
+        writes_report=reports,
+        eqs=_mean(eqs), eqs_n=len(eqs) if reports else None,
+        ehr=_mean(ehr), ehr_n=len(ehr) if reports else None,
+        parseable=(sum(bool(p.parseable) for p in preds) / len(preds)) if reports and preds else None,
+    )
+    out["ci"]["eqs"] = _interval(bootstrap_mean_ci(eqs, n_resamples, seed))
+    out["ci"]["ehr"] = _interval(bootstrap_mean_ci(ehr, n_resamples, seed))
+    seconds = [p.seconds for p in preds]
+    out.update(
+        errors=sum(p.error is not None for p in preds),
+        searches=_mean([p.searches for p in preds]),
+        tokens=_mean([p.tokens for p in preds]),
+        seconds_total=float(sum(seconds)),
+        seconds_mean=_mean(seconds),
+    )
+    return out
+
+
+# --- paired tests -----------------------------------------------------------------------------------
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: 2 * P(X <= min(b, c)) for X ~ Binomial(b + c, 1/2), capped at 1."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1))
+    return min(1.0, 2 * tail / 2**n)  # int / int: exact big-integer division, correctly rounded
+
+
+def _resampled(g: np.ndarray, p: np.ndarray, k: int, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """Accuracy and macro-F1 of each resample (rows of idx), through metrics.py's own scoring."""
+    r = idx.shape[0]
+    cells = g[idx] * (k + 1) + p[idx] + np.arange(r)[:, None] * (k * (k + 1))
+    cm = np.bincount(cells.ravel(), minlength=r * k * (k + 1)).reshape(r, k, k + 1)
+    s = _scores(cm)
+    return {"accuracy": s["accuracy"], "macro_f1": s["f1"].mean(-1)}
+
+
+def _empty_pair(reference: str) -> dict[str, Any]:
+    stat = {"reference": None, "other": None, "diff": None, "mean": None, "lo": None, "hi": None, "p": None}
+    return {"reference": reference, "n": 0, "only_reference": 0, "only_other": 0,
+            **{m: dict(stat) for m in PAIRED}, "mcnemar": {"b": 0, "c": 0, "p": None}}
+
+
+def _label(p: Prediction) -> str | None:
+    return p.pred.value if p.pred is not None else None
+
+
+def _by_id(preds: Sequence[Prediction], name: str) -> dict[str, Prediction]:
+    _check_one(preds)
+    if any(p.system != name for p in preds):
+        raise ValueError(f"paired tests: the predictions under {name!r} are of system {preds[0].system!r}")
+    return {p.id: p for p in preds}
+
+
+def paired_tests(by_system: Mapping[str, Sequence[Prediction]], reference: str = REFERENCE,
+                 n_resamples: int = 1000, seed: int = 0, label_set: str = "3way") -> dict[str, dict[str, Any]]:
+    """For every system but `reference`, on the claims both answered (by id): the paired bootstrap of the
+    accuracy and macro-F1 differences (reference minus other: observed diff, bootstrap mean, 95% interval,
+    two-sided p = twice the share of resamples on the other side of 0, ties included, capped at 1) and
+    McNemar's exact test (b: reference right and other wrong, c: the reverse)."""
+    if reference not in by_system:
+        raise ValueError(f"paired tests: no predictions for the reference system {reference!r} (have: "
+                         f"{', '.join(by_system) or 'none'}); evaluate it too, or choose another reference")
+    datasets = {p.dataset for preds in by_system.values() for p in preds}
+    if len(datasets) > 1:
+        raise ValueError(f"paired tests: predictions from several datasets {sorted(datasets)}; pass one at a time")
+    labels = LABEL_SETS[label_set]
+    ref = _by_id(by_system[reference], reference)
+    out: dict[str, dict[str, Any]] = {}
+    for name, preds in by_system.items():
+        if name == reference:
+            continue
+        other = _by_id(preds, name)
+        ids = [i for i in ref if i in other]
+        res = _empty_pair(reference)
+        res.update(n=len(ids), only_reference=len(ref) - len(ids), only_other=len(other) - len(ids))
+        for i in ids:
+            if ref[i].gold != other[i].gold:
+                raise ValueError(f"paired tests: claim {i!r} has gold {ref[i].gold.value} under {reference} but "
+                                 f"{other[i].gold.value} under {name}; both must be evaluated on the same data")
+        ids = [i for i in ids if ref[i].gold.value in labels]
+        out[name] = res
+        if not ids:
+            continue
+        gold = [ref[i].gold.value for i in ids]
+        g, pa = _encode(gold, [_label(ref[i]) for i in ids], labels)
+        _, pb = _encode(gold, [_label(other[i]) for i in ids], labels)
+        # McNemar on the discordant claims (an answer outside the label set is wrong, as everywhere).
+        right_a, right_b = pa == g, pb == g
+        b, c = int(np.sum(right_a & ~right_b)), int(np.sum(~right_a & right_b))
+        res["mcnemar"] = {"b": b, "c": c, "p": mcnemar_exact(b, c)}
+        k, n = len(labels), len(ids)
+        whole = np.arange(n)[None, :]
+        obs_a, obs_b = _resampled(g, pa, k, whole), _resampled(g, pb, k, whole)
+        boot = None
+        if n_resamples >= 1:
+            # The same resampled claims for both systems: that pairing is what makes the test paired.
+            idx = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+            ra, rb = _resampled(g, pa, k, idx), _resampled(g, pb, k, idx)
+            boot = {m: ra[m] - rb[m] for m in PAIRED}
+        for m in PAIRED:
+            diff = float(obs_a[m][0] - obs_b[m][0])
+            stat = {"reference": float(obs_a[m][0]), "other": float(obs_b[m][0]), "diff": diff}
+            if boot is not None:
+                d = boot[m]
+                lo, hi = np.percentile(d, [2.5, 97.5])
+                beyond = np.mean(d <= 0) if diff > 0 else np.mean(d >= 0) if diff < 0 else 1.0
+                stat.update(mean=float(d.mean()), lo=float(lo), hi=float(hi), p=float(min(1.0, 2 * beyond)))
+            res[m].update(stat)
+    return out
+
+
+# --- DVC plots --------------------------------------------------------------------------------------
+
+def plot_data(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], out_dir: Path) -> list[Path]:
+    """DVC plot files from {system: {dataset: system_metrics(...)}}: `confusion/<dataset>/<system>.csv`
+    (one `actual,predicted` row per claim, 3-way, what DVC's confusion template counts; OTHER = no label
+    read) and `scores.csv` (accuracy and macro-F1 with their 95% bounds, one row per system and dataset)."""
+    out_dir = Path(out_dir)
+    written = []
+    rows = []
+    for system, by_dataset in metrics.items():
+        for dataset, m in by_dataset.items():
+            path = out_dir / "confusion" / dataset / f"{system}.csv"
+            lines = [(actual, predicted) for actual, row in m["confusion"].items()
+                     for predicted, count in row.items() for _ in range(count)]
+            written.append(_write_csv(path, ["actual", "predicted"], lines))
+            ci = m["ci"]
+            rows.append([f"{system} / {dataset}", system, dataset,
+                         *(v for s in PAIRED for v in (m[s], ci[s]["lo"], ci[s]["hi"]))])
+    header = ["name", "system", "dataset", *(f"{s}{x}" for s in PAIRED for x in ("", "_lo", "_hi"))]
+    written.append(_write_csv(out_dir / "scores.csv", header, rows))
+    return written
+
+
+def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([["" if v is None else v for v in row] for row in rows])  # None: an empty cell
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, buf.getvalue())
+    return path
+
+
+# --- MLflow -----------------------------------------------------------------------------------------
+
+def git_state(cwd: Path | None = None) -> dict[str, str]:
+    """`git_commit` and `git_dirty` ("true"/"false") for run tags; "unknown" outside a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
+    except OSError:
+        return {"git_commit": "unknown", "git_dirty": "unknown"}
+    return {"git_commit": commit, "git_dirty": dirty}
+
+
+def _numbers(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested metrics with None as NaN: MLflow drops None, and a missing key would misalign the compare view."""
+    return {k: (_numbers(v) if isinstance(v, Mapping) else math.nan if v is None else v) for k, v in d.items()}
+
+
+def _row(p: Prediction) -> dict[str, Any]:
+    return {"id": p.id, "gold": p.gold.value, "pred": _label(p),
+            "correct": p.pred == p.gold, "parseable": p.parseable, "eqs": p.eqs, "ehr": p.ehr,
+            "searches": p.searches, "tokens": p.tokens, "seconds": p.seconds, "error": p.error, "trace": p.trace}
+
+
+def _params(config: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return plain(config)
+    return dict(config)
+
+
+def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
+               paired: Mapping[str, Mapping[str, Mapping[str, Any]]],
+               predictions: Mapping[str, Mapping[str, Sequence[Prediction]]], config: Any, profile: str, *,
+               system_tags: Mapping[str, Mapping[str, str]] | None = None, gallery: Path | None = None,
+               reference: str = REFERENCE) -> list[str]:
+    """Experiment `biocheck-eval`: a parent run `evaluate` (config, eval JSONs, the `gallery` folder if given)
+    and one child run per (system, dataset) with identical metric keys (nested keys joined by '.', paired
+    tests under `paired.`, NaN where a number does not apply), tags system, dataset, profile, git_commit,
+    git_dirty, model_fingerprint, prompt_hash, system_fingerprint, and the per-claim predictions as a table.
+
+    metrics: {system: {dataset: system_metrics}}; paired: {dataset: paired_tests}; predictions:
+    {system: {dataset: [Prediction]}}; system_tags: {system: {"model_fingerprint", "prompt_hash"}} (from the
+    system's episodes). Returns the run ids (none when tracking is off)."""
+    from biocheck import tracking  # noqa: PLC0415 (mlflow is imported only when tracking is on)
+
+    params = _params(config)
+    base = {"profile": str(profile), "reference": reference, **git_state(tracking.repo_root())}
+    ids: list[str] = []
+    with tracking.run("evaluate", params=params, tags={**base, "kind": "summary"}, experiment=EXPERIMENT,
+                      run_name="evaluate") as parent:
+        if parent is None:
+            return ids
+        tracking.log_text(json.dumps(metrics, indent=2), "eval.json")
+        tracking.log_text(json.dumps(paired, indent=2), "eval_paired.json")
+        if gallery is not None:
+            tracking.log_artifacts(gallery, artifact_path="gallery")
+        ids.append(parent.info.run_id)
+    blank = _empty_pair(reference)
+    for system, by_dataset in metrics.items():
+        extra = dict((system_tags or {}).get(system, {}))
+        for dataset, m in by_dataset.items():
+            preds = list(predictions.get(system, {}).get(dataset, []))
+            tags = {**base, "kind": "system", "system": system, "dataset": dataset,
+                    "writes_report": str(bool(m.get("writes_report"))).lower(),
+                    "model_fingerprint": extra.get("model_fingerprint", "unknown"),
+                    "prompt_hash": extra.get("prompt_hash", "unknown"),
+                    "system_fingerprint": preds[0].fingerprint if preds else "unknown",
+                    "mlflow.parentRunId": ids[0]}
+            pair = paired.get(dataset, {}).get(system, blank)
+            with tracking.run("evaluate", params=params, tags=tags, experiment=EXPERIMENT,
+                              run_name=f"{system}/{dataset}") as active:
+                tracking.log_metrics(_numbers({**m, "paired": pair}))
+                tracking.log_table([_row(p) for p in preds], "predictions.json")
+                ids.append(active.info.run_id)
+    return ids

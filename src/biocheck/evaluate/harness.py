@@ -1,0 +1,189 @@
+"""Run one system on one dataset's claims: cached episodes, a progress bar, one `Prediction` per claim.
+
+Every episode is written, as soon as it finishes, to traces/<system>/<fingerprint>/<dataset>/<claim>.json (atomically,
+named like `biocheck check` names its traces), so a rerun after any interruption (kill -9 included) runs
+only the claims that have no trace, and a new model or prompt (a new fingerprint) reruns only that system.
+The predictions file is written once, atomically, after every claim has an answer: it never holds a
+duplicate or a cut line. A failed episode (the model could not answer) leaves no trace: the rerun retries it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from biocheck.agent.episode import Episode
+from biocheck.agent.llm.base import LLMError
+from biocheck.agent.run import episode_error, trace_path, write_trace
+from biocheck.data.schema import ClaimRecord
+from biocheck.evaluate.systems.base import Prediction, System
+from biocheck.io import InputError, atomic_path, dump_jsonl, remove_stale_tmp
+from biocheck.pubmed.types import SearchError
+from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
+from biocheck.secrets import redact
+
+log = logging.getLogger(__name__)
+
+Scorer = Callable[[Sequence[Episode]], Sequence[RewardBreakdown]]
+
+
+def make_scorer(judge: Any = None, cfg: RewardConfig | None = None) -> Scorer:
+    """EQS and EHR of report episodes with the reward library: one judge call for all of them (cached)."""
+
+    def scorer(episodes: Sequence[Episode]) -> list[RewardBreakdown]:
+        return score_many([EpisodeView.from_episode(ep) for ep in episodes], cfg, judge)
+
+    return scorer
+
+
+def trace_dir(out_dir: Path, system: str, fingerprint: str, dataset: str) -> Path:
+    # Per dataset: claim ids are unique within a dataset only (SciFact's 13 and HealthFC's 13 differ).
+    return Path(out_dir) / "traces" / system / fingerprint / dataset
+
+
+def predictions_path(out_dir: Path, system: str, dataset: str) -> Path:
+    return Path(out_dir) / "predictions" / system / f"{dataset}.jsonl"
+
+
+def trace_key(system: System, fingerprint: str, claim: ClaimRecord) -> dict[str, Any]:
+    """What a cached trace must have been produced by to be reused (the folder already names the fingerprint;
+    the key also catches a claim whose text changed under the same id, or a file copied from elsewhere)."""
+    return {"system": system.name, "fingerprint": fingerprint, "dataset": claim.dataset, "claim_id": claim.id,
+            "claim": claim.claim}
+
+
+def cached(path: Path, key: dict[str, Any]) -> Episode | None:
+    """The trace at `path` when it is complete and was produced for `key`; else None (the claim runs)."""
+    if not path.exists():
+        return None
+    try:
+        ep = Episode.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # emptied, cut short, not ours: run the claim again
+        log.warning("%s: unreadable trace (%s); rerunning that claim", path, str(e).splitlines()[0][:120])
+        return None
+    if ep.run_key != key:
+        log.warning("%s: trace was made for another claim or system; rerunning that claim", path)
+        return None
+    return ep
+
+
+def episode_tokens(ep: Episode) -> int:
+    """Prompt + completion tokens the backend reported on the episode's assistant messages (0 when none)."""
+    total = 0
+    for m in ep.messages:
+        usage = m.get("usage") if m.get("role") == "assistant" else None
+        if isinstance(usage, dict):
+            total += sum(v for k, v in usage.items() if k in ("prompt_tokens", "completion_tokens")
+                         and isinstance(v, int) and not isinstance(v, bool))
+    return total
+
+
+def _run_one(system: System, claim: ClaimRecord, key: dict[str, Any], path: Path) -> tuple[Episode | None, str | None]:
+    """(episode, error): the episode is written to `path` unless the model failed."""
+    t0 = time.perf_counter()
+    try:
+        ep = system.run(claim)
+    except (LLMError, SearchError, InputError) as e:  # one claim fails, the evaluation goes on
+        return None, redact(e)
+    timing = {"total_s": round(time.perf_counter() - t0, 4), **ep.timing}  # the system's own timing wins
+    ep = ep.model_copy(update={"run_key": key, "timing": timing, "dataset": ep.dataset or claim.dataset,
+                               "gold_label": ep.gold_label or claim.label})
+    error = episode_error(ep)
+    if error is not None:
+        return ep, redact(error)
+    write_trace(ep, path)
+    return ep, None
+
+
+def _prediction(system: System, fingerprint: str, dataset: str, claim: ClaimRecord, ep: Episode | None,
+                error: str | None, trace: str | None) -> Prediction:
+    pred = Prediction(id=claim.id, dataset=dataset, system=system.name, fingerprint=fingerprint, gold=claim.label,
+                      writes_report=system.writes_report, error=error)
+    if ep is None:
+        return pred
+    pred.pred = None if error else ep.report.conclusion
+    pred.trace = trace
+    pred.searches, pred.tokens = ep.searches, episode_tokens(ep)
+    pred.seconds = float(ep.timing.get("total_s", 0.0))
+    if system.writes_report and not error:
+        pred.parseable = ep.report.conclusion is not None and not ep.parse_problems
+    return pred
+
+
+def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir: Path, workers: int = 1,
+               progress: bool = True, scorer: Scorer | None = None) -> list[Prediction]:
+    """Every claim through `system` (cached episodes reused); write and return the predictions, in claim order.
+
+    `scorer` (see make_scorer) adds EQS and EHR to report-writing systems' predictions; EQS is left None when
+    the scorer has no judge or the report cites nothing, as the metrics expect.
+    """
+    if not claims:
+        raise InputError(f"{dataset}: no claims to evaluate; check the prepared split (biocheck prepare).")
+    dup = [k for k, n in Counter(c.id for c in claims).items() if n > 1]
+    if dup:
+        raise InputError(f"{dataset}: duplicate claim ids {dup[:5]}; each claim needs its own id (traces are per id).")
+    out_dir = Path(out_dir)
+    fp = system.fingerprint()
+    folder = trace_dir(out_dir, system.name, fp, dataset)
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(folder)  # temporaries left by a killed run
+    keys = {c.id: trace_key(system, fp, c) for c in claims}
+    paths = {c.id: trace_path(folder, c.id) for c in claims}
+    episodes: dict[str, Episode | None] = {c.id: cached(paths[c.id], keys[c.id]) for c in claims}
+    errors: dict[str, str] = {}
+    todo = [c for c in claims if episodes[c.id] is None]
+    if len(todo) < len(claims):
+        log.info("%s/%s: reusing %d of %d episodes from %s", system.name, dataset, len(claims) - len(todo),
+                 len(claims), folder)
+
+    right = sum(ep.report.conclusion == c.label for c in claims if (ep := episodes[c.id]) is not None)
+    done = len(claims) - len(todo)
+    with (
+        tqdm(total=len(claims), initial=done, desc=f"{system.name}/{dataset}", unit="claim",
+             disable=not progress) as bar,
+        ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
+    ):
+        if done:
+            bar.set_postfix(acc=f"{right / done:.3f}")
+        futures = {pool.submit(_run_one, system, c, keys[c.id], paths[c.id]): c for c in todo}
+        try:
+            for fut in as_completed(futures):
+                c = futures[fut]
+                ep, error = fut.result()
+                episodes[c.id] = ep
+                if error is not None:
+                    errors[c.id] = error
+                    log.warning("%s/%s: claim %s failed: %s", system.name, dataset, c.id, error)
+                right += int(error is None and ep is not None and ep.report.conclusion == c.label)
+                done += 1
+                bar.update(1)
+                bar.set_postfix(acc=f"{right / done:.3f}")
+        except BaseException:  # a bug or Ctrl-C: stop now (finished traces stay cached), not after every claim
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+    preds = [_prediction(system, fp, dataset, c, episodes[c.id], errors.get(c.id),
+                         None if c.id in errors else paths[c.id].relative_to(out_dir).as_posix()) for c in claims]
+    if system.writes_report and scorer is not None:
+        _score(preds, [episodes[c.id] for c in claims], scorer)
+    path = predictions_path(out_dir, system.name, dataset)
+    with atomic_path(path) as tmp:
+        dump_jsonl(tmp, preds)
+    return preds
+
+
+def _score(preds: list[Prediction], episodes: list[Episode | None], scorer: Scorer) -> None:
+    """EQS and EHR onto the predictions of answered claims (a failed claim has no report to score)."""
+    scored = [(p, ep) for p, ep in zip(preds, episodes, strict=True) if ep is not None and p.error is None]
+    if not scored:
+        return
+    for (p, _), b in zip(scored, scorer([ep for _, ep in scored]), strict=True):
+        p.ehr = b.ehr
+        p.eqs = b.eqs if b.judge_used else None  # without a judge every s is 0: no evidence quality to report

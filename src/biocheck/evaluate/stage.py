@@ -1,0 +1,109 @@
+"""The evaluate stage: every system on every dataset, then metrics, paired tests, plots, gallery and MLflow.
+
+Order matters for what survives a failure: each (system, dataset) writes its predictions as soon as it is
+done; the metric files come next (DVC's metrics); the plots, the gallery and MLflow are optional extras, each
+guarded, so a missing browser library or a tracking server that is down never loses the predictions or
+the metrics. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from biocheck.agent.episode import Episode
+from biocheck.data.schema import ClaimRecord
+from biocheck.evaluate import compare
+from biocheck.evaluate.config import REFERENCE, EvaluateConfig
+from biocheck.evaluate.harness import Scorer, predictions_path, run_system
+from biocheck.evaluate.systems.base import Prediction, System
+from biocheck.io import InputError, write_json_atomic
+from biocheck.secrets import redact
+
+log = logging.getLogger(__name__)
+
+
+def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, list[ClaimRecord]],
+             scorer: Scorer | None, progress: bool = True, profile: str | None = None) -> dict[str, Any]:
+    """Run and compare; return {metrics, paired, predictions (paths), gallery, skipped (optional steps that
+    failed, with why)}. `claims`: dataset name -> its claims (cfg.limit takes the first N of each)."""
+    missing = [d for d in cfg.datasets if d not in claims]
+    if missing:
+        raise InputError(f"evaluate: no claims given for dataset(s) {', '.join(missing)}")
+    datasets = list(cfg.datasets)
+    subsets = {d: claims[d][: cfg.limit] if cfg.limit else list(claims[d]) for d in datasets}
+
+    preds: dict[tuple[str, str], list[Prediction]] = {}
+    tags: dict[str, dict[str, str]] = {}
+    for name, system in systems.items():
+        try:
+            for d in datasets:
+                preds[(name, d)] = run_system(system, subsets[d], d, cfg.out_dir, workers=cfg.workers,
+                                              progress=progress, scorer=scorer)
+            tags[name] = _tags(system, preds[(name, datasets[0])], cfg.out_dir)
+        finally:
+            close = getattr(system, "close", None)
+            if callable(close):  # free its model before the next system loads one
+                close()
+
+    metrics = {s: {d: compare.system_metrics(preds[(s, d)], cfg.bootstrap, cfg.seed) for d in datasets}
+               for s in systems}
+    write_json_atomic(cfg.metrics_path, metrics)
+    paired = {}
+    if REFERENCE in systems and len(systems) > 1:
+        paired = {d: compare.paired_tests({s: preds[(s, d)] for s in systems}, REFERENCE, cfg.bootstrap, cfg.seed)
+                  for d in datasets}
+    write_json_atomic(cfg.paired_path, paired)
+
+    skipped: dict[str, str] = {}
+    _optional("plots", skipped, compare.plot_data, metrics, cfg.plots_dir)
+    gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired)
+    by_system = {s: {d: preds[(s, d)] for d in datasets} for s in systems}
+    _optional("mlflow", skipped, compare.log_mlflow, metrics, paired, by_system, cfg, profile or "",
+              system_tags=tags, gallery=cfg.report_dir if gallery else None, reference=REFERENCE)
+    return {"metrics": metrics, "paired": paired, "gallery": gallery, "skipped": skipped,
+            "predictions": {s: {d: predictions_path(cfg.out_dir, s, d).as_posix() for d in datasets}
+                            for s in systems}}
+
+
+def _optional(step: str, skipped: dict[str, str], fn, *args: Any, **kwargs: Any) -> Any:
+    """Run an optional step; a failure is logged and recorded, never raised (the predictions are safe)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 (any failure of an extra must not undo the evaluation)
+        why = redact(f"{type(e).__name__}: {e}").splitlines()[0][:300]
+        log.warning("evaluate: %s skipped (%s)", step, why)
+        skipped[step] = why
+        return None
+
+
+def load_episode(out_dir: Path, pred: Prediction) -> Episode | None:
+    """A prediction's trace (None when it has none or it cannot be read)."""
+    if not pred.trace:
+        return None
+    try:
+        return Episode.model_validate_json((Path(out_dir) / pred.trace).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _gallery(cfg: EvaluateConfig, preds: dict[tuple[str, str], list[Prediction]], metrics: dict,
+             paired: dict) -> str:
+    from biocheck.evaluate.gallery import write_gallery
+
+    index = write_gallery(cfg.report_dir, preds, lambda p: load_episode(cfg.out_dir, p), metrics, paired)
+    return Path(index).as_posix()
+
+
+def _tags(system: System, preds: list[Prediction], out_dir: Path) -> dict[str, str]:
+    """MLflow tags of a system: what it says about itself, else what its first trace recorded."""
+    described = getattr(system, "describe", None)
+    info = dict(described()) if callable(described) else {}
+    if not info.get("model_fingerprint") or not info.get("prompt_hash"):
+        ep = next((e for p in preds if (e := load_episode(out_dir, p)) is not None), None)
+        if ep is not None:
+            for key, value in (("model_fingerprint", ep.llm_fingerprint), ("prompt_hash", ep.prompt_hash),
+                               ("llm", ep.llm)):
+                info[key] = info.get(key) or value
+    return {k: str(v) for k, v in info.items() if v not in (None, "")}

@@ -1,0 +1,346 @@
+"""The evaluation harness and stage: cached episodes, resume after a kill, predictions, metrics, extras."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+
+from biocheck.agent.episode import AgentConfig, Episode
+from biocheck.agent.llm.base import LLMError
+from biocheck.agent.llm.scripted import ScriptedChat
+from biocheck.agent.prompts import Prompts
+from biocheck.data.schema import ClaimRecord
+from biocheck.evaluate import compare, stage
+from biocheck.evaluate.config import EvaluateConfig
+from biocheck.evaluate.harness import episode_tokens, make_scorer, predictions_path, run_system, trace_dir
+from biocheck.evaluate.systems.agent_systems import AgentSystem
+from biocheck.evaluate.systems.base import Prediction
+from biocheck.io import InputError
+from biocheck.labels import Label
+from biocheck.pubmed.search import SearchConfig, search_tool
+from tests.test_agent import REPORT, search
+
+GOLD = [Label.SUPPORTED, Label.REFUTED, Label.SUPPORTED, Label.NEI]  # REPORT concludes SUPPORTED: 2 of 4 right
+TURNS = [search("vitamin D AND fracture*"), {"content": REPORT}]
+
+
+class CountingChat(ScriptedChat):
+    """A scripted model that counts its turns and fails on claims that contain FAIL."""
+
+    def __init__(self, turns, spec="scripted:<inline>"):
+        super().__init__(turns, spec)
+        self.calls = 0
+        self.claims: list[str] = []
+        self._count = threading.Lock()
+
+    def chat(self, messages, tools):
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        with self._count:
+            self.calls += 1
+            if sum(m["role"] == "assistant" for m in messages) == 0:
+                self.claims.append(user.removeprefix("Claim: "))
+        if "FAIL" in user:
+            raise LLMError("server down (sk-secret-value)")
+        return super().chat(messages, tools)
+
+
+class HalfJudge:
+    """Every pair is SUPPORTED with probability 0.75 (EQS of a report citing one retrieved paper: 0.75)."""
+
+    spec, prompt_hash = "half", "h"
+
+    def fingerprint(self):
+        return "half"
+
+    def score(self, pairs):
+        return [{"SUPPORTED": 0.75, "REFUTED": 0.05, "NEI": 0.2} for _ in pairs]
+
+
+@pytest.fixture
+def search_cfg(evidence):
+    cfg, _ = evidence
+    return SearchConfig(index_dir=cfg.index_dir, store=cfg.store, max_results=3)
+
+
+def agent_system(search_cfg, turns=TURNS, name="eg_grpo", label_only=False) -> tuple[AgentSystem, CountingChat]:
+    llm = CountingChat(turns)
+    tool = search_tool(search_cfg)
+    cfg = AgentConfig(llm="scripted:<inline>")
+    return AgentSystem(name, llm, tool, cfg, search_cfg, Prompts.for_tool(5, tool), label_only=label_only), llm
+
+
+def claims(n=4, dataset="scifact", prefix="Vitamin D prevents fractures, claim") -> list[ClaimRecord]:
+    return [ClaimRecord(id=f"c/{i}" if i % 2 else str(i), dataset=dataset, split="test", claim=f"{prefix} {i}.",
+                        label=GOLD[i % len(GOLD)]) for i in range(n)]
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_predictions_have_one_line_per_claim_with_its_trace_and_scores(search_cfg, tmp_path):
+    sys_, llm = agent_system(search_cfg)
+    cs = claims()
+    preds = run_system(sys_, cs, "scifact", tmp_path, workers=2, progress=False, scorer=make_scorer(HalfJudge()))
+    rows = lines(predictions_path(tmp_path, "eg_grpo", "scifact"))
+    assert [r["id"] for r in rows] == [c.id for c in cs] == [p.id for p in preds]  # claim order, no duplicates
+    assert [Prediction.model_validate(r) for r in rows] == preds
+    for c, p in zip(cs, preds, strict=True):
+        ep = Episode.model_validate_json((tmp_path / p.trace).read_text())
+        assert ep.claim == c.claim and ep.claim_id == c.id and p.gold == c.label
+        assert p.pred is Label.SUPPORTED and p.searches == 1 and p.writes_report and p.parseable
+        assert p.fingerprint == sys_.fingerprint() and p.system == "eg_grpo" and p.dataset == "scifact"
+        assert (p.eqs, p.ehr) == (0.75, 0.0) and p.error is None and p.seconds > 0
+    assert (tmp_path / preds[1].trace).parent == trace_dir(tmp_path, "eg_grpo", sys_.fingerprint(), "scifact")
+    assert len({p.trace for p in preds}) == 4 and llm.calls == 8
+
+
+def test_a_rerun_after_a_kill_runs_only_the_missing_claims(search_cfg, tmp_path):
+    cs = claims(6)
+    sys_, llm = agent_system(search_cfg)
+    first = run_system(sys_, cs, "scifact", tmp_path, progress=False)
+    # A kill -9 mid-run: predictions never written, two claims without a trace, a temporary left behind.
+    predictions_path(tmp_path, "eg_grpo", "scifact").unlink()
+    for p in (first[1], first[4]):
+        (tmp_path / p.trace).unlink()
+    folder = trace_dir(tmp_path, "eg_grpo", sys_.fingerprint(), "scifact")
+    (folder / ".tmp-c_1-xyz.json.abc").write_text('{"claim": "half writ')
+    sys2, llm2 = agent_system(search_cfg)
+    again = run_system(sys2, cs, "scifact", tmp_path, progress=False)
+    assert sorted(llm2.claims) == sorted([cs[1].claim, cs[4].claim]) and llm2.calls == 4
+    assert [p.model_dump(exclude={"seconds"}) for p in again] == [p.model_dump(exclude={"seconds"}) for p in first]
+    assert [r["id"] for r in lines(predictions_path(tmp_path, "eg_grpo", "scifact"))] == [c.id for c in cs]
+    assert sorted(p.name for p in folder.iterdir()) == sorted((tmp_path / p.trace).name for p in first)
+    sys3, llm3 = agent_system(search_cfg)
+    run_system(sys3, cs, "scifact", tmp_path, progress=False)
+    assert llm3.calls == 0  # everything cached
+    assert [r["id"] for r in lines(predictions_path(tmp_path, "eg_grpo", "scifact"))] == [c.id for c in cs]
+
+
+def test_a_corrupt_or_foreign_trace_is_rerun_with_a_warning(search_cfg, tmp_path, caplog):
+    cs = claims(3)
+    sys_, _ = agent_system(search_cfg)
+    first = run_system(sys_, cs, "scifact", tmp_path, progress=False)
+    cut = tmp_path / first[0].trace
+    cut.write_text(cut.read_text()[:100])  # truncated
+    other = tmp_path / first[2].trace  # a trace of another claim under this claim's name
+    other.write_text((tmp_path / first[1].trace).read_text())
+    sys2, llm2 = agent_system(search_cfg)
+    with caplog.at_level(logging.WARNING, logger="biocheck.evaluate.harness"):
+        run_system(sys2, cs, "scifact", tmp_path, progress=False)
+    assert sorted(llm2.claims) == sorted([cs[0].claim, cs[2].claim])
+    assert "unreadable trace" in caplog.text and "another claim" in caplog.text
+    assert Episode.model_validate_json(cut.read_text()).claim == cs[0].claim
+    assert Episode.model_validate_json(other.read_text()).claim == cs[2].claim
+
+
+def test_a_new_model_reruns_only_that_system(search_cfg, tmp_path):
+    cs = claims(3)
+    a, _ = agent_system(search_cfg, name="eg_grpo")
+    b, _ = agent_system(search_cfg, name="pmsearch", label_only=True)
+    run_system(a, cs, "scifact", tmp_path, progress=False)
+    run_system(b, cs, "scifact", tmp_path, progress=False)
+    changed = [search("aspirin[ti]"), {"content": REPORT.replace("SUPPORTED\n", "REFUTED\n")}]
+    a2, llm_a = agent_system(search_cfg, turns=changed, name="eg_grpo")
+    b2, llm_b = agent_system(search_cfg, name="pmsearch", label_only=True)
+    preds = run_system(a2, cs, "scifact", tmp_path, progress=False)
+    run_system(b2, cs, "scifact", tmp_path, progress=False)
+    assert len(llm_a.claims) == 3 and llm_b.calls == 0
+    assert a2.fingerprint() != a.fingerprint() and b2.fingerprint() == b.fingerprint()
+    assert {p.pred for p in preds} == {Label.REFUTED} and all(p.fingerprint == a2.fingerprint() for p in preds)
+    assert [r["pred"] for r in lines(predictions_path(tmp_path, "eg_grpo", "scifact"))] == ["REFUTED"] * 3
+    back, llm_back = agent_system(search_cfg, name="eg_grpo")  # the first model again: its traces are kept
+    assert {p.pred for p in run_system(back, cs, "scifact", tmp_path, progress=False)} == {Label.SUPPORTED}
+    assert llm_back.calls == 0
+
+
+def test_a_failed_claim_gets_an_error_and_no_trace_and_is_retried(search_cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    cs = claims(3)
+    cs[1] = cs[1].model_copy(update={"claim": "FAIL this one."})
+    sys_, _ = agent_system(search_cfg)
+    preds = run_system(sys_, cs, "scifact", tmp_path, progress=False, scorer=make_scorer(HalfJudge()))
+    bad = preds[1]
+    assert bad.pred is None and bad.trace is None and "server down" in bad.error
+    assert "sk-secret" not in predictions_path(tmp_path, "eg_grpo", "scifact").read_text()
+    assert bad.eqs is None and bad.ehr is None and bad.parseable is None
+    assert preds[0].trace and preds[2].trace and preds[0].error is None
+    assert len(list(trace_dir(tmp_path, "eg_grpo", sys_.fingerprint(), "scifact").glob("*.json"))) == 2
+    sys2, llm2 = agent_system(search_cfg)
+    run_system(sys2, cs, "scifact", tmp_path, progress=False)
+    assert llm2.claims == ["FAIL this one."]
+
+
+def test_without_a_judge_ehr_is_scored_and_eqs_left_out(search_cfg, tmp_path):
+    invented = REPORT.replace("PMID: 101", "PMID: 999")  # a paper the search never returned
+    sys_, _ = agent_system(search_cfg, turns=[search("vitamin D AND fracture*"), {"content": invented}])
+    preds = run_system(sys_, claims(2), "scifact", tmp_path, progress=False, scorer=make_scorer(None))
+    assert [(p.eqs, p.ehr, p.parseable) for p in preds] == [(None, 1.0, True)] * 2
+    label, _ = agent_system(search_cfg, name="pmsearch", label_only=True)
+    preds = run_system(label, claims(2), "scifact", tmp_path, progress=False, scorer=make_scorer(HalfJudge()))
+    assert [(p.eqs, p.ehr, p.parseable, p.writes_report) for p in preds] == [(None, None, None, False)] * 2
+
+
+def test_progress_shows_claims_done_and_running_accuracy(search_cfg, tmp_path, capsys):
+    sys_, _ = agent_system(search_cfg)
+    run_system(sys_, claims(4), "scifact", tmp_path, progress=True)
+    err = capsys.readouterr().err
+    assert "eg_grpo/scifact" in err and "4/4" in err and "acc=0.500" in err
+    sys2, _ = agent_system(search_cfg)
+    run_system(sys2, claims(3), "scifact", tmp_path, progress=True)  # all cached: 2 of 3 right
+    assert "acc=0.667" in capsys.readouterr().err
+
+
+def test_no_claims_or_duplicate_ids_are_input_errors(search_cfg, tmp_path):
+    sys_, llm = agent_system(search_cfg)
+    with pytest.raises(InputError, match="scifact: no claims"):
+        run_system(sys_, [], "scifact", tmp_path, progress=False)
+    with pytest.raises(InputError, match=r"duplicate claim ids \['0'\]"):
+        run_system(sys_, claims(1) * 2, "scifact", tmp_path, progress=False)
+    assert llm.calls == 0
+
+
+def test_tokens_are_what_the_backend_reported_on_assistant_messages():
+    ep = Episode(claim="x", report={}, messages=[
+        {"role": "user", "content": "x", "usage": {"prompt_tokens": 99}},
+        {"role": "assistant", "content": "", "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total": 15}},
+        {"role": "assistant", "content": "SUPPORTED", "usage": {"prompt_tokens": 20, "completion_tokens": True}},
+        {"role": "assistant", "content": "SUPPORTED"}])
+    assert episode_tokens(ep) == 35
+
+
+def test_a_prediction_counts_the_tokens_the_model_reported(search_cfg, tmp_path):
+    class Metered(CountingChat):
+        def chat(self, messages, tools):
+            turn = super().chat(messages, tools)
+            turn.usage = {"prompt_tokens": 100, "completion_tokens": 7}
+            return turn
+
+    tool = search_tool(search_cfg)
+    sys_ = AgentSystem("base", Metered(TURNS), tool, AgentConfig(), search_cfg, Prompts.for_tool(5, tool))
+    assert [p.tokens for p in run_system(sys_, claims(2), "scifact", tmp_path, progress=False)] == [214, 214]
+
+
+# --- the stage ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """MLflow logging replaced by a recorder (the real one is compare's to test)."""
+    calls = []
+    monkeypatch.setattr(compare, "log_mlflow", lambda *a, **k: calls.append((a, k)) or [])
+    return calls
+
+
+def eval_cfg(tmp_path, **kw) -> EvaluateConfig:
+    kw = {"systems": ["eg_grpo", "pmsearch"], "datasets": ["scifact", "healthfc"], **kw}
+    return EvaluateConfig(bootstrap=50, out_dir=tmp_path / "eval", report_dir=tmp_path / "reports",
+                          metrics_path=tmp_path / "m.json", paired_path=tmp_path / "p.json",
+                          plots_dir=tmp_path / "plots", **kw)
+
+
+def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(search_cfg, tmp_path, recorded):
+    cfg = eval_cfg(tmp_path, limit=3)
+    a, _ = agent_system(search_cfg, name="eg_grpo")
+    b, _ = agent_system(search_cfg, turns=[search("aspirin[ti]"), {"content": "REFUTED"}], name="pmsearch",
+                        label_only=True)
+    data = {"scifact": claims(4), "healthfc": claims(5, "healthfc", "Coffee prevents dementia, claim")}
+    out = stage.evaluate(cfg, {"eg_grpo": a, "pmsearch": b}, data, make_scorer(HalfJudge()), progress=False,
+                         profile="quickstart")
+    metrics = json.loads(cfg.metrics_path.read_text())
+    assert metrics == out["metrics"] and set(metrics) == {"eg_grpo", "pmsearch"}
+    for s in metrics:
+        for d in ("scifact", "healthfc"):
+            preds = [Prediction.model_validate(r) for r in lines(predictions_path(cfg.out_dir, s, d))]
+            assert [p.id for p in preds] == [c.id for c in data[d][:3]]  # the limit: the first 3
+            assert metrics[s][d]["accuracy"] == sum(p.pred == p.gold for p in preds) / 3
+            assert metrics[s][d] == json.loads(json.dumps(compare.system_metrics(preds, 50, 0)))
+    assert metrics["eg_grpo"]["scifact"]["eqs"] == 0.75 and metrics["pmsearch"]["scifact"]["eqs"] is None
+    paired = json.loads(cfg.paired_path.read_text())
+    assert set(paired) == {"scifact", "healthfc"} and set(paired["scifact"]) == {"pmsearch"}
+    assert (tmp_path / "plots" / "scores.csv").exists() and out["skipped"] == {}
+    index = (tmp_path / "reports" / "index.html").read_text()
+    assert out["gallery"] == (tmp_path / "reports" / "index.html").as_posix() and "pmsearch" in index
+    (args, kw), = recorded
+    assert args[3] is cfg and args[4] == "quickstart" and kw["gallery"] == cfg.report_dir
+    assert set(args[2]["eg_grpo"]) == {"scifact", "healthfc"} and len(args[2]["eg_grpo"]["healthfc"]) == 3
+    assert kw["system_tags"]["pmsearch"]["prompt_hash"] == b.agent.prompts_hash != a.agent.prompts_hash
+
+
+def test_a_failing_extra_never_loses_predictions_or_metrics(search_cfg, tmp_path, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("no browser here")
+
+    import biocheck.evaluate.gallery as gallery
+
+    monkeypatch.setattr(gallery, "write_gallery", broken)
+    monkeypatch.setattr(compare, "plot_data", broken)
+    monkeypatch.setattr(compare, "log_mlflow", broken)
+    cfg = eval_cfg(tmp_path, datasets=["scifact"])
+    a, _ = agent_system(search_cfg)
+    out = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(2)}, None, progress=False)
+    assert out["skipped"] == {k: "RuntimeError: no browser here" for k in ("plots", "gallery", "mlflow")}
+    assert out["gallery"] is None and json.loads(cfg.paired_path.read_text()) == {}
+    assert json.loads(cfg.metrics_path.read_text())["eg_grpo"]["scifact"]["n"] == 2
+    assert len(lines(predictions_path(cfg.out_dir, "eg_grpo", "scifact"))) == 2
+
+
+def test_evaluate_closes_each_system_after_its_datasets(search_cfg, tmp_path, recorded):
+    order = []
+
+    class Tracked:
+        def __init__(self, inner, name):
+            self.inner, self.name, self.writes_report = inner, name, inner.writes_report
+
+        def fingerprint(self):
+            return self.inner.fingerprint()
+
+        def run(self, claim):
+            order.append(("run", self.name))
+            return self.inner.run(claim)
+
+        def close(self):
+            order.append(("close", self.name))
+
+    a, _ = agent_system(search_cfg, name="eg_grpo")
+    b, _ = agent_system(search_cfg, name="pmsearch", label_only=True)
+    cfg = eval_cfg(tmp_path)
+    stage.evaluate(cfg, {"eg_grpo": Tracked(a, "eg_grpo"), "pmsearch": Tracked(b, "pmsearch")},
+                   {"scifact": claims(1), "healthfc": claims(1, "healthfc")}, None, progress=False)
+    assert order == [("run", "eg_grpo")] * 2 + [("close", "eg_grpo")] + [("run", "pmsearch")] * 2 + [
+        ("close", "pmsearch")]
+
+
+def test_evaluate_needs_claims_for_every_configured_dataset(search_cfg, tmp_path):
+    a, llm = agent_system(search_cfg)
+    with pytest.raises(InputError, match="no claims given for dataset\\(s\\) healthfc"):
+        stage.evaluate(eval_cfg(tmp_path), {"eg_grpo": a}, {"scifact": claims(1)}, None, progress=False)
+    assert llm.calls == 0
+
+
+def test_an_unexpected_error_stops_the_run_and_keeps_the_finished_traces(search_cfg, tmp_path):
+    class Buggy:
+        name, writes_report = "eg_grpo", True
+
+        def __init__(self, inner):
+            self.inner, self.runs = inner, 0
+
+        def fingerprint(self):
+            return self.inner.fingerprint()
+
+        def run(self, claim):
+            self.runs += 1
+            if claim.id == "2":
+                raise KeyError("a bug")
+            return self.inner.run(claim)
+
+    inner, _ = agent_system(search_cfg)
+    buggy = Buggy(inner)
+    with pytest.raises(KeyError, match="a bug"):
+        run_system(buggy, claims(8), "scifact", tmp_path, workers=1, progress=False)
+    assert buggy.runs <= 4  # claims 0, c/1, 2 and at most the one already started: the rest are cancelled
+    assert not predictions_path(tmp_path, "eg_grpo", "scifact").exists()
+    assert len(list(trace_dir(tmp_path, "eg_grpo", inner.fingerprint(), "scifact").glob("*.json"))) == buggy.runs - 1
