@@ -143,13 +143,22 @@ def segment_files(index_dir: Path, ext: str) -> list[Path]:
     return found
 
 
+def rewrite(path: Path, data: bytes) -> None:
+    """Replace the file's contents as a new file (a new inode). Rewriting it in place would truncate a file
+    that tantivy may still have memory-mapped in this process (the fixture's build): touching those pages
+    then kills the whole test run with SIGBUS, which is not the damage under test."""
+    tmp = path.with_name(path.name + ".damaged")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def damage_index(index_dir: Path, how: str) -> None:
     if how == "missing-meta":
         (index_dir / "meta.json").unlink()
     elif how == "garbled-meta":
-        (index_dir / "meta.json").write_bytes(b"\x00\xff garbage")
+        rewrite(index_dir / "meta.json", b"\x00\xff garbage")
     elif how == "garbled-biocheck-meta":
-        (index_dir / "biocheck_index.json").write_bytes(b"{\"format\": \xff")
+        rewrite(index_dir / "biocheck_index.json", b"{\"format\": \xff")
     elif how == "missing-segment-file":
         segment_files(index_dir, ".term")[0].unlink()
     elif how.startswith(("truncated", "garbled")):
@@ -157,12 +166,12 @@ def damage_index(index_dir: Path, how: str) -> None:
         for f in segment_files(index_dir, ext):
             data = bytearray(f.read_bytes())
             if kind == "truncated":
-                f.write_bytes(data[: len(data) // 2])
+                rewrite(f, bytes(data[: len(data) // 2]))
             else:  # bytes in the middle overwritten, the file's footer intact
                 rnd = random.Random(0)
                 for i in range(len(data) // 4, len(data) // 2):
                     data[i] = rnd.randrange(256)
-                f.write_bytes(bytes(data))
+                rewrite(f, bytes(data))
     else:
         raise ValueError(how)
 
