@@ -73,19 +73,23 @@ def _episode(p: Prediction) -> Episode | None:
 
 
 def _metrics() -> dict:
+    """The shapes compare.py really writes (intervals as {"lo", "hi"})."""
+    from biocheck.evaluate.compare import system_metrics
+
     out: dict = {}
     for (system, dataset), preds in _predictions().items():
-        acc = sum(p.pred == p.gold for p in preds) / len(preds)
-        out.setdefault(system, {})[dataset] = {
-            "accuracy": acc, "macro_f1": acc / 2, "n": len(preds),
-            "ci": {"accuracy": [acc / 4, min(1.0, acc + 0.1)], "macro_f1": [0.0, acc]},
-            "eqs": 0.5 if system == "eg_grpo" else None}
+        out.setdefault(system, {})[dataset] = system_metrics(preds, 50, 0)
     out["no_retrieval"]["healthfc"].pop("ci")  # a missing key is tolerated
     return out
 
 
-PAIRED = {d: {"no_retrieval": {"n": 4, "accuracy_diff": {"mean": 0.25, "ci": [-0.5, 0.75], "p": 0.0004},
-                                "macro_f1_diff": {"mean": 0.1, "ci": [-0.2, 0.4], "p": 0.6},
+def _stat(diff: float, lo: float, hi: float, p: float) -> dict:
+    return {"reference": 0.5, "other": 0.5 - diff, "diff": diff, "mean": diff, "lo": lo, "hi": hi, "p": p}
+
+
+# compare.paired_tests' shape, per dataset; a small p must show in bold
+PAIRED = {d: {"no_retrieval": {"reference": "eg_grpo", "n": 4, "only_reference": 0, "only_other": 0,
+                                "accuracy": _stat(0.25, -0.5, 0.75, 0.0004), "macro_f1": _stat(0.1, -0.2, 0.4, 0.6),
                                 "mcnemar": {"b": 3, "c": 1, "p": 0.625}}} for d in ("scifact", "healthfc")}
 
 
@@ -161,6 +165,10 @@ def test_tables_and_plots_cover_every_system_and_dataset(gallery):
         expected = Counter((p.gold.value, p.pred.value if p.pred else "OTHER") for p in preds)
         assert +cells == expected
     assert '<span class="sig">&lt;0.001</span>' in index  # the paired test's small p, bold
+    assert '0.250 <span class="ci">[-0.500, 0.750]</span>' in index  # Δ accuracy with its paired interval
+    m = _metrics()["eg_grpo"]["scifact"]
+    assert f'{m["accuracy"]:.3f} <span class="ci">[{m["ci"]["accuracy"]["lo"]:.3f}, ' \
+           f'{m["ci"]["accuracy"]["hi"]:.3f}]</span>' in index  # compare.py's {"lo", "hi"} intervals
 
 
 def test_a_failing_writer_leaves_the_old_gallery(tmp_path, gallery):

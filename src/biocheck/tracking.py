@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,10 @@ def flatten(d: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str,
 
 
 @contextlib.contextmanager
-def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None) -> Iterator[Any]:
-    """An MLflow run for one pipeline stage (yields None when tracking is off)."""
+def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None,
+        experiment: str | None = None, run_name: str | None = None) -> Iterator[Any]:
+    """An MLflow run for one pipeline stage (yields None when tracking is off); `experiment` and `run_name`
+    default to the project's experiment and the stage name (the evaluation logs to its own experiment)."""
     if not enabled():
         yield None
         return
@@ -69,9 +71,9 @@ def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, 
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(EXPERIMENT)
+    mlflow.set_experiment(experiment or EXPERIMENT)
     tags = {k: redact(v) for k, v in {"stage": stage, **(tags or {})}.items()}
-    with mlflow.start_run(run_name=stage, tags=tags) as active:
+    with mlflow.start_run(run_name=run_name or stage, tags=tags) as active:
         if params:  # redact before the cut: half a key would no longer match
             mlflow.log_params({_mlflow_key(k): redact(v)[:500] for k, v in flatten(params).items()})
         yield active
@@ -119,6 +121,20 @@ def log_text(text: str, artifact_file: str) -> None:
 
     if mlflow.active_run() is not None:
         mlflow.log_text(redact(text), artifact_file)
+
+
+def log_table(rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
+    """Rows of plain values as an MLflow table (the UI's artifact view lists and filters them), every text
+    cell with the secrets blanked (no-op outside a run or when tracking is off, or without rows)."""
+    if not enabled() or not rows:
+        return
+    import mlflow
+
+    if mlflow.active_run() is None:
+        return
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    data = {c: [redact(v) if isinstance(v, str) else v for v in (r.get(c) for r in rows)] for c in columns}
+    mlflow.log_table(data=data, artifact_file=artifact_file)
 
 
 def _copy_redacted(src: Path, dest: Path) -> bool:

@@ -253,7 +253,7 @@ def git_state(cwd: Path | None = None) -> dict[str, str]:
     try:
         commit = git("rev-parse", "HEAD")
         dirty = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
-    except OSError:
+    except (OSError, subprocess.SubprocessError):
         return {"git_commit": "unknown", "git_dirty": "unknown"}
     return {"git_commit": commit, "git_dirty": dirty}
 

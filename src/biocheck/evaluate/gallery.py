@@ -32,9 +32,10 @@ from biocheck.report.render import render_html
 
 e = html.escape
 # How the paired differences read (the paired-test helper computes them; this is only their caption).
-PAIRED_CAPTION = (f"Each system against {REFERENCE} on the claims both answered: paired bootstrap of the "
-                  "accuracy and macro-F1 difference (mean, 95% interval, p) and McNemar's exact test "
-                  f"(b, c: claims only one of the two got right; p). Bold: p < 0.05.")
+PAIRED_CAPTION = (f"Each system against {REFERENCE} on the claims both answered: Δ = {REFERENCE} minus the "
+                  "system (positive: {REFERENCE} is better), with the 95% interval and p of a paired bootstrap; "
+                  f"McNemar's exact test (b: claims only {REFERENCE} got right, c: only the system; p). "
+                  "Bold: p < 0.05.").replace("{REFERENCE}", REFERENCE)
 CLAIM_TEXT_CHARS = 160  # the index shows the start of each claim; its page shows all of it
 
 
@@ -209,9 +210,9 @@ def _paired_table(datasets: list[str], paired: Mapping) -> str:
         for s in _ordered(set(by_system), SYSTEMS):
             t = by_system[s] if isinstance(by_system[s], Mapping) else {}
             cells = [e(d), e(s), _fmt(t.get("n"), 0)]
-            for key in ("accuracy_diff", "macro_f1_diff"):
+            for key in ("accuracy", "macro_f1"):  # compare.paired_tests: {diff, mean, lo, hi, p}
                 diff = t.get(key) if isinstance(t.get(key), Mapping) else {}
-                cells += [_with_ci(diff.get("mean"), diff.get("ci")), _fmt_p(diff.get("p"))]
+                cells += [_with_ci(diff.get("diff"), diff), _fmt_p(diff.get("p"))]
             mc = t.get("mcnemar") if isinstance(t.get("mcnemar"), Mapping) else {}
             cells += [_fmt(mc.get("b"), 0), _fmt(mc.get("c"), 0), _fmt_p(mc.get("p"))]
             tds = f"<td>{cells[0]}</td><td>{cells[1]}</td>" + "".join(f'<td class="num">{c}</td>' for c in cells[2:])

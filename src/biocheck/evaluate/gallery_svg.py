@@ -21,6 +21,9 @@ def number(x: object) -> float | None:
 
 
 def interval(x: object) -> tuple[float, float] | None:
+    """An interval as compare.py writes it ({"lo", "hi"}) or as a pair; None when either end is missing."""
+    if isinstance(x, Mapping):
+        x = (x.get("lo"), x.get("hi"))
     if not isinstance(x, list | tuple) or len(x) != 2:
         return None
     lo, hi = number(x[0]), number(x[1])

@@ -1,0 +1,259 @@
+"""The evaluation's numbers: per-system metrics, paired tests, DVC plot data and the MLflow runs.
+
+Expected values come from scikit-learn, scipy's binomial test and hand counts, never from the code under test.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from collections import Counter
+
+import mlflow
+import numpy as np
+import pytest
+from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
+
+from biocheck.evaluate.compare import (
+    EXPERIMENT,
+    git_state,
+    log_mlflow,
+    mcnemar_exact,
+    paired_tests,
+    plot_data,
+    system_metrics,
+)
+from biocheck.evaluate.systems.base import Prediction
+from biocheck.labels import Label
+from biocheck.tracking import flatten, tracking_uri
+
+S, R, N = Label.SUPPORTED, Label.REFUTED, Label.NEI
+ALL3 = [S.value, R.value, N.value]
+
+
+def preds(system, golds, answers, dataset="scifact", report=False, **fields):
+    return [Prediction(id=f"c{i}", dataset=dataset, system=system, fingerprint=f"fp-{system}", gold=g, pred=p,
+                       writes_report=report, **{k: v[i] for k, v in fields.items()})
+            for i, (g, p) in enumerate(zip(golds, answers, strict=True))]
+
+
+def random_preds(system, n=60, seed=1, **kw):
+    rnd = random.Random(seed)
+    golds = [rnd.choice([S, R, N]) for _ in range(n)]
+    answers = [rnd.choice([S, R, N, None]) if rnd.random() < 0.6 else g for g in golds]
+    return preds(system, golds, answers, **kw)
+
+
+def sk(golds, answers, labels):
+    """scikit-learn's numbers; None (no label read) becomes a label outside `labels`."""
+    g = [x.value for x in golds]
+    p = [x.value if x is not None else "NONE" for x in answers]
+    prec, rec, f1, sup = precision_recall_fscore_support(g, p, labels=labels, zero_division=0)
+    return accuracy_score(g, p), prec, rec, f1, sup, confusion_matrix(g, p, labels=labels)
+
+
+def test_system_metrics_match_sklearn_3way_and_2way():
+    ps = random_preds("cer")
+    m = system_metrics(ps, n_resamples=50, seed=0)
+    for key, sub, labels in (("3way", m, ALL3), ("2way", m["2way"], ALL3[:2])):
+        keep = [p for p in ps if p.gold.value in labels]
+        acc, prec, rec, f1, sup, cm = sk([p.gold for p in keep], [p.pred for p in keep], labels)
+        assert sub["n"] == len(keep), key
+        assert sub["accuracy"] == pytest.approx(acc)
+        assert sub["macro_precision"] == pytest.approx(prec.mean())
+        assert sub["macro_recall"] == pytest.approx(rec.mean())
+        assert sub["macro_f1"] == pytest.approx(f1.mean())
+        for i, lab in enumerate(labels):
+            assert sub["per_label"][lab] == pytest.approx({"precision": prec[i], "recall": rec[i], "f1": f1[i],
+                                                           "support": sup[i]})
+            assert [sub["confusion"][lab][c] for c in labels] == cm[i].tolist()
+            outside = sum(p.gold.value == lab and (p.pred is None or p.pred.value not in labels) for p in keep)
+            assert sub["confusion"][lab]["OTHER"] == outside
+    assert m["2way"]["n"] < m["n"]  # NEI gold left out of the 2-way scores
+
+
+def test_bootstrap_intervals_are_seeded_and_percentile():
+    ps = random_preds("cer", n=40)
+    a, b = system_metrics(ps, 200, seed=3), system_metrics(ps, 200, seed=3)
+    assert a == b
+    assert system_metrics(ps, 200, seed=4)["ci"] != a["ci"]
+    # Independently: resample the claims with the documented generator, accuracy per resample, percentiles.
+    right = np.array([p.pred == p.gold for p in ps], dtype=float)
+    idx = np.random.default_rng(3).integers(0, len(ps), size=(200, len(ps)))
+    lo, hi = np.percentile(right[idx].mean(-1), [2.5, 97.5])
+    assert a["ci"]["accuracy"] == pytest.approx({"lo": lo, "hi": hi})
+    assert a["ci"]["accuracy"]["lo"] <= a["accuracy"] <= a["ci"]["accuracy"]["hi"]
+
+
+def test_report_fields_and_identical_keys_across_systems():
+    golds, answers = [S, R, N, S], [S, R, S, None]
+    agent = preds("eg_grpo", golds, answers, report=True, eqs=[0.8, None, 0.4, None], ehr=[0.0, 0.5, 0.25, 0.0],
+                  parseable=[True, True, True, False], searches=[2, 3, 1, 5], tokens=[100, 200, 300, 400],
+                  seconds=[1.0, 2.0, 3.0, 4.0], error=[None, None, None, "llm_error: timeout"])
+    label_only = preds("no_retrieval", golds, answers, parseable=[None] * 4, eqs=[0.5] * 4, ehr=[0.0] * 4)  # scored, no report
+    a, b = system_metrics(agent, 20, 0), system_metrics(label_only, 20, 0)
+    assert flatten(a).keys() == flatten(b).keys()
+    json.dumps(a, allow_nan=False), json.dumps(b, allow_nan=False)  # plain JSON numbers for DVC
+    assert a["eqs"] == pytest.approx((0.8 + 0.4) / 2) and a["eqs_n"] == 2
+    assert a["ehr"] == pytest.approx(0.75 / 4) and a["parseable"] == pytest.approx(3 / 4)
+    assert a["ci"]["eqs"]["lo"] is not None and a["ci"]["ehr"]["hi"] is not None
+    assert (a["errors"], a["searches"], a["tokens"]) == (1, pytest.approx(11 / 4), pytest.approx(250))
+    assert (a["seconds_total"], a["seconds_mean"]) == (pytest.approx(10.0), pytest.approx(2.5))
+    assert a["writes_report"] is True and b["writes_report"] is False
+    for key in ("eqs", "ehr", "parseable", "eqs_n", "ehr_n"):
+        assert b[key] is None, key
+    assert b["ci"]["eqs"] == {"lo": None, "hi": None} == b["ci"]["ehr"]
+
+
+def test_no_supported_or_refuted_gold_keeps_every_key():
+    only_nei = system_metrics(preds("fire", [N, N], [N, S]), 10, 0)
+    normal = system_metrics(random_preds("fire"), 10, 0)
+    assert flatten(only_nei).keys() == flatten(normal).keys()
+    assert only_nei["2way"]["n"] == 0 and only_nei["2way"]["accuracy"] is None
+    assert only_nei["2way"]["ci"]["macro_f1"] == {"lo": None, "hi": None}
+    empty = system_metrics([], 10, 0)
+    assert flatten(empty).keys() == flatten(normal).keys() and empty["n"] == 0
+
+
+def test_bad_prediction_lists_are_one_clear_error():
+    ps = random_preds("cer", n=3)
+    with pytest.raises(ValueError, match="more than once"):
+        system_metrics(ps + ps[:1], 10, 0)
+    with pytest.raises(ValueError, match="mix"):
+        system_metrics(ps + random_preds("fire", n=2), 10, 0)
+    with pytest.raises(ValueError, match="reference system 'eg_grpo'"):
+        paired_tests({"cer": ps}, n_resamples=10)
+
+
+def test_mcnemar_exact_on_a_known_table():
+    binom = pytest.importorskip("scipy.stats").binomtest
+    expected = 2 * sum(math.comb(12, k) for k in range(3)) / 2**12  # 2 * P(X <= 2), X ~ Bin(12, 1/2)
+    assert mcnemar_exact(10, 2) == pytest.approx(expected) == pytest.approx(binom(2, 12, 0.5).pvalue)
+    assert mcnemar_exact(2, 10) == mcnemar_exact(10, 2)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(300, 250) == pytest.approx(binom(250, 550, 0.5).pvalue)  # big n: no overflow
+    # The same table built from predictions: 10 claims only the reference gets right, 2 only the other.
+    golds = [S] * 20
+    ref = [S] * 10 + [R] * 2 + [S] * 4 + [N] * 4
+    other = [R] * 10 + [S] * 2 + [S] * 4 + [None] * 4
+    out = paired_tests({"eg_grpo": preds("eg_grpo", golds, ref), "cer": preds("cer", golds, other)}, n_resamples=50)
+    assert out["cer"]["mcnemar"] == {"b": 10, "c": 2, "p": pytest.approx(expected)}
+
+
+def test_paired_bootstrap_difference_interval_and_overlap():
+    ref, other = random_preds("eg_grpo", n=50, seed=7), random_preds("cer", n=50, seed=7)
+    rnd = random.Random(0)
+    for p in ref:  # the reference is right more often
+        if rnd.random() < 0.5:
+            p.pred = p.gold
+    other = other[5:]  # 5 claims only the reference answered
+    out = paired_tests({"eg_grpo": ref, "cer": other}, n_resamples=300, seed=11)["cer"]
+    assert (out["n"], out["only_reference"], out["only_other"]) == (45, 5, 0)
+    common = ref[5:]
+    acc = lambda ps: sum(p.pred == p.gold for p in ps) / len(ps)  # noqa: E731
+    assert out["accuracy"]["diff"] == pytest.approx(acc(common) - acc(other))
+    f1 = lambda ps: sk([p.gold for p in ps], [p.pred for p in ps], ALL3)[3].mean()  # noqa: E731
+    assert out["macro_f1"]["diff"] == pytest.approx(f1(common) - f1(other))
+    for m in ("accuracy", "macro_f1"):
+        assert out[m]["lo"] <= out[m]["diff"] <= out[m]["hi"]
+        assert 0.0 <= out[m]["p"] <= 1.0
+    assert out["accuracy"]["diff"] > 0 and out["accuracy"]["p"] < 0.05
+    assert out["accuracy"] == pytest.approx(accuracy_bootstrap(common, other, 300, 11))
+    again = paired_tests({"eg_grpo": ref, "cer": other}, n_resamples=300, seed=11)["cer"]
+    assert again == out
+    assert paired_tests({"eg_grpo": ref, "cer": other}, n_resamples=300, seed=12)["cer"]["accuracy"] != out["accuracy"]
+    same = paired_tests({"eg_grpo": ref, "twin": [p.model_copy(update={"system": "twin"}) for p in ref]},
+                        n_resamples=100)["twin"]
+    assert same["accuracy"]["diff"] == 0 and same["accuracy"]["p"] == 1.0 and same["mcnemar"]["p"] == 1.0
+    assert same["macro_f1"]["lo"] == same["macro_f1"]["hi"] == 0.0  # paired: identical answers never differ
+
+
+def accuracy_bootstrap(ref, other, resamples, seed):
+    """The paired bootstrap of the accuracy difference, computed independently of the code under test."""
+    delta = np.array([(a.pred == a.gold) - (b.pred == b.gold) for a, b in zip(ref, other, strict=True)], float)
+    d = delta[np.random.default_rng(seed).integers(0, len(delta), size=(resamples, len(delta)))].mean(-1)
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    beyond = np.mean(d <= 0) if delta.mean() > 0 else np.mean(d >= 0)
+    return {"reference": np.mean([a.pred == a.gold for a in ref]), "other": np.mean([b.pred == b.gold for b in other]),
+            "diff": delta.mean(), "mean": d.mean(), "lo": lo, "hi": hi, "p": min(1.0, 2 * beyond)}
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_paired_bootstrap_p_value_for_a_small_difference(seed):
+    golds = [S, R, N] * 8
+    ref = preds("eg_grpo", golds, golds[:14] + [N] * 10)  # right on 14 + the NEI ones among the rest
+    other = preds("fire", golds, [R] * 3 + golds[3:13] + [S] * 11)
+    out = paired_tests({"eg_grpo": ref, "fire": other}, n_resamples=400, seed=seed)["fire"]
+    expected = accuracy_bootstrap(ref, other, 400, seed)
+    assert out["accuracy"] == pytest.approx(expected)
+    assert 0.05 < out["accuracy"]["p"] < 1.0  # a small difference: neither certain nor impossible
+
+
+def test_paired_tests_reject_mismatched_gold():
+    ref = preds("eg_grpo", [S, R], [S, R])
+    with pytest.raises(ValueError, match="same data"):
+        paired_tests({"eg_grpo": ref, "cer": preds("cer", [S, N], [S, R])}, n_resamples=10)
+
+
+def test_plot_data_files_dvc_reads(tmp_path):
+    a, b = random_preds("eg_grpo", n=30, seed=2), random_preds("cer", n=30, seed=3)
+    metrics = {"eg_grpo": {"scifact": system_metrics(a, 50, 0)}, "cer": {"scifact": system_metrics(b, 50, 0)}}
+    plot_data(metrics, tmp_path)
+    for system, ps in (("eg_grpo", a), ("cer", b)):
+        with open(tmp_path / "confusion" / "scifact" / f"{system}.csv") as f:
+            rows = Counter((r["actual"], r["predicted"]) for r in csv.DictReader(f))
+        assert rows == Counter((p.gold.value, p.pred.value if p.pred is not None else "OTHER") for p in ps)
+    with open(tmp_path / "scores.csv") as f:
+        scores = {r["system"]: r for r in csv.DictReader(f)}
+    assert set(scores) == {"eg_grpo", "cer"}
+    row, m = scores["cer"], metrics["cer"]["scifact"]
+    assert float(row["accuracy"]) == pytest.approx(m["accuracy"])
+    assert float(row["macro_f1_lo"]) == pytest.approx(m["ci"]["macro_f1"]["lo"])
+    assert float(row["accuracy_lo"]) <= float(row["accuracy"]) <= float(row["accuracy_hi"])
+
+
+def test_mlflow_runs_per_system_and_dataset(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCBI_API_KEY", "sekret-key-123")  # a secret in an error text must not be logged
+    ref = preds("eg_grpo", [S, R, N], [S, R, None], report=True, eqs=[0.5, 0.7, None], ehr=[0.0, 0.0, 1.0],
+                parseable=[True, True, False], error=[None, None, "llm_error: key sekret-key-123 refused"])
+    lab = preds("no_retrieval", [S, R, N], [S, S, N])
+    predictions = {"eg_grpo": {"scifact": ref}, "no_retrieval": {"scifact": lab}}
+    metrics = {s: {"scifact": system_metrics(ps["scifact"], 20, 0)} for s, ps in predictions.items()}
+    paired = {"scifact": paired_tests({s: ps["scifact"] for s, ps in predictions.items()}, n_resamples=20)}
+    gallery = tmp_path / "gallery"
+    gallery.mkdir()
+    (gallery / "index.html").write_text("<html>gallery</html>")
+    ids = log_mlflow(metrics, paired, predictions, {"bootstrap": 20, "seed": 0}, "quickstart",
+                     system_tags={"eg_grpo": {"model_fingerprint": "m123", "prompt_hash": "p456"}}, gallery=gallery)
+    mlflow.set_tracking_uri(tracking_uri())
+    client = mlflow.MlflowClient()
+    runs = {r.info.run_id: r for r in mlflow.search_runs(experiment_names=[EXPERIMENT], output_format="list")}
+    assert set(ids) <= set(runs)
+    parent, *children = (runs[i] for i in ids)
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "gallery")] == ["gallery/index.html"]
+    by_system = {r.data.tags["system"]: r for r in children}
+    assert set(by_system) == {"eg_grpo", "no_retrieval"}
+    for r in children:
+        assert r.data.tags["dataset"] == "scifact" and r.data.tags["profile"] == "quickstart"
+        assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert {"git_commit", "git_dirty", "model_fingerprint", "prompt_hash"} <= set(r.data.tags)
+    g, nr = by_system["eg_grpo"].data, by_system["no_retrieval"].data
+    assert (g.tags["model_fingerprint"], g.tags["prompt_hash"]) == ("m123", "p456")
+    assert g.metrics.keys() == nr.metrics.keys()  # the compare view lines them up
+    assert g.metrics["accuracy"] == pytest.approx(metrics["eg_grpo"]["scifact"]["accuracy"])
+    assert g.metrics["eqs"] == pytest.approx(0.6) and math.isnan(nr.metrics["eqs"])
+    assert nr.metrics["paired.mcnemar.b"] == paired["scifact"]["no_retrieval"]["mcnemar"]["b"]
+    assert math.isnan(g.metrics["paired.accuracy.diff"])  # the reference is not compared with itself
+    table = mlflow.load_table("predictions.json", run_ids=[by_system["eg_grpo"].info.run_id])
+    assert list(table["id"]) == ["c0", "c1", "c2"] and list(table["pred"])[:2] == ["SUPPORTED", "REFUTED"]
+    assert "sekret-key-123" not in json.dumps(table.to_dict(), default=str)
+    assert "***" in table["error"].iloc[2]
+
+
+def test_mlflow_off_and_no_git(tmp_path, monkeypatch):
+    monkeypatch.setenv("BIOCHECK_TRACKING", "off")
+    ps = {"eg_grpo": {"scifact": preds("eg_grpo", [S], [S])}}
+    assert log_mlflow({"eg_grpo": {"scifact": system_metrics(ps["eg_grpo"]["scifact"], 5, 0)}}, {}, ps, {}, "x") == []
+    assert git_state(tmp_path) == {"git_commit": "unknown", "git_dirty": "unknown"}
