@@ -39,6 +39,9 @@ class EvaluateConfig:
             raise ValueError(f"datasets: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(DATASETS)}")
         if not self.systems or not self.datasets:
             raise ValueError("systems and datasets must each name at least one")
-        if self.workers < 1 or self.bootstrap < 0 or (self.limit is not None and self.limit < 1):
-            raise ValueError(f"workers={self.workers} (>= 1), bootstrap={self.bootstrap} (>= 0), "
-                             f"limit={self.limit} (>= 1 or null)")
+        if self.workers < 1:
+            raise ValueError(f"workers: {self.workers} must be >= 1")
+        if self.bootstrap < 0:
+            raise ValueError(f"bootstrap: {self.bootstrap} must be >= 0 (0: no intervals)")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit: {self.limit} must be >= 1 (null: every claim)")
