@@ -155,7 +155,7 @@ def _expand(stages: dict) -> dict[str, dict]:
         for key, item in stage["foreach"].items():
             text = yaml.safe_dump(stage["do"]).replace("${key}", key)
             for field, value in item.items():
-                text = text.replace("${item.%s}" % field, str(value))
+                text = text.replace(f"${{item.{field}}}", str(value))
             out[f"{name}@{key}"] = yaml.safe_load(text)
     return out
 

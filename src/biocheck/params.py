@@ -117,7 +117,7 @@ def _builds(cls: type, values: dict[str, Any]) -> bool:
 
 def _shown(value: Any) -> str:
     """An option's value as it was typed."""
-    return " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
 def check_types(cls: type, values: dict[str, Any]) -> None:

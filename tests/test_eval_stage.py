@@ -1,0 +1,104 @@
+"""`biocheck evaluate` through the CLI: the wiring (pipeline.evaluate_stage), its outputs, its one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from biocheck import pipeline
+from biocheck.cli import app
+from biocheck.data.schema import ClaimRecord
+
+runner = CliRunner()
+CLAIMS = {"scifact": [("1", "Vitamin D prevents fractures.", "SUPPORTED"), ("2", "Aspirin causes bleeding.", "REFUTED"),
+                      ("3", "Coffee shortens sleep.", "NEI")],
+          "healthfc": [("1", "Zinc shortens colds.", "SUPPORTED"), ("7", "Statins cause myalgia.", "REFUTED")]}
+REPORT = "## Supporting evidence\nNone\n## Refuting evidence\nNone\n## Summary\nJustification: x\n## Conclusion\nSUPPORTED"
+
+
+@pytest.fixture
+def project(evidence_workdir: Path) -> Path:
+    """A project folder: prepared test splits, a scripted model for every system, no judge."""
+    for dataset, rows in CLAIMS.items():
+        folder = evidence_workdir / "data" / "prepared" / dataset
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "test.jsonl").write_text("".join(
+            ClaimRecord(id=i, dataset=dataset, split="test", claim=c, label=g).model_dump_json() + "\n"
+            for i, c, g in rows))
+    (evidence_workdir / "script.json").write_text(json.dumps([{"content": REPORT}]))
+    params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
+    params["agent"]["llm"] = "scripted:script.json"
+    params["reward"]["judge"] = None
+    (evidence_workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    return evidence_workdir
+
+
+def test_an_ad_hoc_run_writes_every_output_under_out_and_a_rerun_reuses_every_episode(project):
+    args = ["evaluate", "--systems", "base,pmsearch,no_retrieval", "--out", "adhoc", "--no-progress"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    out = project / "adhoc"
+    metrics = json.loads((out / "eval.json").read_text())
+    assert sorted(metrics) == ["base", "no_retrieval", "pmsearch"]
+    for system, by_dataset in metrics.items():
+        assert sorted(by_dataset) == ["healthfc", "scifact"]
+        for dataset, m in by_dataset.items():
+            assert m["n"] == len(CLAIMS[dataset])
+            golds = [g for _, _, g in CLAIMS[dataset]]
+            assert m["accuracy"] == pytest.approx(golds.count("SUPPORTED") / len(golds))  # the script says SUPPORTED
+            preds = [json.loads(line) for line in
+                     (out / "predictions" / system / f"{dataset}.jsonl").read_text().splitlines()]
+            assert [p["id"] for p in preds] == [i for i, _, _ in CLAIMS[dataset]]
+            assert {p["pred"] for p in preds} == {"SUPPORTED"} and all(p["trace"] for p in preds)
+    paired = json.loads((out / "eval_paired.json").read_text())
+    assert paired == {}  # eg_grpo, the reference, was not among the systems
+    assert (out / "gallery" / "index.html").is_file()
+    assert not (project / "metrics" / "eval.json").exists()  # --out keeps the DVC outputs untouched
+    traces = sorted((out / "traces").rglob("*.json"))
+    assert len(traces) == 3 * 5
+    stamps = {p: p.stat().st_mtime_ns for p in traces}
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert {p: p.stat().st_mtime_ns for p in traces} == stamps  # every episode came from the cache
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--systems", "base,gpt5"], "--systems base,gpt5: systems: unknown 'gpt5'; choose from base, eg_grpo"),
+    (["--datasets", "pubmed"], "--datasets pubmed: datasets: unknown 'pubmed'; choose from scifact, healthfc"),
+    (["--limit", "0"], "--limit 0: limit: 0 must be >= 1"),
+    (["--workers", "0"], "--workers 0: workers: 0 must be >= 1"),
+])
+def test_bad_options_are_one_line(project, args, message):
+    r = runner.invoke(app, ["evaluate", *args, "--no-progress"])
+    assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output
+    assert not (project / "eval").exists()
+
+
+def test_a_missing_checkpoint_names_the_command_that_makes_it(project):
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["agent"]["llm"] = "transformers:models/base"
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    for system, command in (("outcome_only", "dvc repro train@outcome_only select@outcome_only"),
+                            ("eg_grpo", "dvc repro select@eg_grpo"), ("base", "dvc repro model")):
+        r = runner.invoke(app, ["evaluate", "--systems", system, "--no-progress"])
+        assert r.exit_code == 1 and f"run `{command}` first" in r.output, r.output
+
+
+def test_an_empty_test_split_is_one_line(project):
+    (project / "data" / "prepared" / "healthfc" / "test.jsonl").write_text("")
+    r = runner.invoke(app, ["evaluate", "--systems", "no_retrieval", "--no-progress"])
+    assert r.exit_code == 1 and "healthfc/test.jsonl" in r.output and "Traceback" not in r.output
+
+
+def test_each_system_runs_its_own_model_from_the_params():
+    params = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())
+    models = pipeline.eval_models(params)
+    assert models["base"] == "transformers:models/base" and models["eg_grpo"] == "transformers:models/selected"
+    assert models["outcome_only"] == "transformers:models/selected_outcome_only"
+    assert {models[s] for s in ("no_retrieval", "pmsearch", "cer", "fire")} == {"transformers:models/base"}
+    params["agent"]["llm"] = "openai:gpt-x"  # a hosted model has no checkpoints: every system runs it
+    assert set(pipeline.eval_models(params).values()) == {"openai:gpt-x"}
