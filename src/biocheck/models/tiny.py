@@ -95,10 +95,12 @@ def trl_chat_template(name: str = DEFAULT_TEMPLATE) -> str:
 
 
 def prompt_texts() -> list[str]:
-    """Every prompt file of the agent (`biocheck.agent.prompts/*.md`), sorted by name."""
+    """The prompts of the report-writing agent the model is trained as (`biocheck.agent.prompts.NAMES`),
+    sorted by name; evaluation-only variants (the label-only prompts of `pmsearch`) are left out."""
+    from biocheck.agent.prompts import NAMES
+
     root = importlib.resources.files("biocheck.agent.prompts")
-    files = sorted((p for p in root.iterdir() if p.name.endswith(".md")), key=lambda p: p.name)
-    return [p.read_text(encoding="utf-8") for p in files]
+    return [root.joinpath(f"{name}.md").read_text(encoding="utf-8") for name in sorted(NAMES)]
 
 
 def iter_corpus_texts(path: Path, max_docs: int | None) -> Iterator[str]:
