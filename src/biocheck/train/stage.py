@@ -57,6 +57,10 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from biocheck.train.grpo import make_trainer, prepare_out_dir
     from biocheck.train.sft import SFTConfig, train_sft
 
+    if not progress:  # dvc repro / flows: no "Loading weights" bars in the log either
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     cfg, agent_cfg = c.train, c.agent
     base = c.model.out_dir
     train_recs = load_split("scifact", "train", c.prepared)
