@@ -27,14 +27,14 @@ import platform
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
+
+from tests.fake_openai import FakeOpenAI, assistant  # noqa: E402
 
 from biocheck.agent.episode import AgentConfig  # noqa: E402
 from biocheck.data.schema import ClaimRecord  # noqa: E402
@@ -94,53 +94,22 @@ def agent_turns(searches: int) -> list[dict]:
             for k in range(searches)] + [{"content": REPORT}]
 
 
-class FakeServer:
+def fake_server(latency: float, searches: int) -> FakeOpenAI:
     """/v1/chat/completions after `latency` seconds, in a thread per request (concurrent, like a batching
     server whose per-request latency does not grow with load). With tools: turn k of the conversation is a
     search until `searches`, then the report; without tools (no_retrieval): the report, whose conclusion
     is the verdict."""
 
-    def __init__(self, latency: float, searches: int) -> None:
-        self.requests = 0
-        lock = threading.Lock()
-        server = self
+    def reply(body, _headers):
+        time.sleep(latency)
+        k = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        msg: dict = {"content": REPORT}
+        if body.get("tools") and k < searches:
+            msg = {"content": None, "tool_calls": [{"id": f"c{k}", "type": "function", "function": {
+                "name": "search_pubmed", "arguments": json.dumps({"query": QUERIES[k % len(QUERIES)]})}}]}
+        return 200, assistant(msg, usage={"prompt_tokens": 100, "completion_tokens": 20})
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: httpx reuses its connections, like with a real server
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with lock:
-                    server.requests += 1
-                time.sleep(latency)
-                k = sum(1 for m in body["messages"] if m["role"] == "assistant")
-                msg: dict = {"role": "assistant", "content": REPORT}
-                if body.get("tools") and k < searches:
-                    msg = {"role": "assistant", "content": None, "tool_calls": [{
-                        "id": f"c{k}", "type": "function", "function": {
-                            "name": "search_pubmed", "arguments": json.dumps({"query": QUERIES[k % len(QUERIES)]})}}]}
-                data = json.dumps({"choices": [{"message": msg}],
-                                   "usage": {"prompt_tokens": 100, "completion_tokens": 20}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return FakeOpenAI(reply, keep_alive=True)
 
 
 def measure(name: str, llm: str, agent_cfg: AgentConfig, search: SearchConfig, claims: list[ClaimRecord],
@@ -179,16 +148,9 @@ def measure(name: str, llm: str, agent_cfg: AgentConfig, search: SearchConfig, c
 
 def tiny_model(workdir: Path) -> Path:
     """The tests' tiny Qwen3 (vocab 600, hidden 64, 2 layers), built into `workdir` (a few seconds)."""
-    from tests.builders import CORPUS
+    from tests.builders import build_tiny_model
 
-    from biocheck.models.tiny import TinyModelConfig, build_tiny_model
-
-    text = workdir / "tiny_corpus.jsonl"
-    text.write_text("".join(json.dumps({"id": str(c["doc_id"]), "title": c["title"], "abstract": c["abstract"]})
-                            + "\n" for c in CORPUS * 20))
-    build_tiny_model(TinyModelConfig(out_dir=workdir / "tiny", corpus=text, vocab_size=600, max_docs=100,
-                                     prompt_repeats=5))
-    return workdir / "tiny"
+    return build_tiny_model(workdir)
 
 
 def table(title: str, rows: dict, target: float | None) -> str:
@@ -237,7 +199,7 @@ def main() -> int:
         agent_cfg = AgentConfig(max_searches=max(5, args.searches), max_new_tokens=256)
         # The fake server by default; --server-url runs the same systems against a real one instead (e.g.
         # `transformers serve MODEL --continuous-batching`), whose latency is then whatever the model takes.
-        server = None if args.server_url else FakeServer(args.latency_ms / 1000, args.searches)
+        server = None if args.server_url else fake_server(args.latency_ms / 1000, args.searches)
         os.environ["OPENAI_BASE_URL"] = args.server_url or server.url
         os.environ.setdefault("OPENAI_API_KEY", "bench-no-secret")
         what = f"{args.server_url}, model {args.server_model}" if server is None else f"{args.latency_ms:g} ms per turn"
@@ -250,7 +212,7 @@ def main() -> int:
         finally:
             if server is not None:
                 server.close()
-                result["server_requests"] = server.requests
+                result["server_requests"] = len(server.requests)
 
         if args.tf_claims:
             import torch

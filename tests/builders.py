@@ -157,3 +157,16 @@ def write_release(root: Path, scifact_train: int, scifact_dev: int, healthfc: in
     (root / "healthfc").mkdir(parents=True, exist_ok=True)
     (root / "healthfc" / "Datensatz.csv").write_bytes(csv_bytes(synthetic_healthfc(healthfc)))
     return root
+
+
+def build_tiny_model(folder: Path) -> Path:
+    """The tests' small tiny-Qwen3 (vocab 600, hidden 64, 2 layers; the real chat template), built from
+    the corpus above into folder/base in a few seconds (the `tiny_model` fixture and bench/eval_throughput.py)."""
+    from biocheck.models.tiny import TinyModelConfig
+    from biocheck.models.tiny import build_tiny_model as build
+
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(c["doc_id"]), "title": c["title"], "abstract": c["abstract"]})
+                              + "\n" for c in CORPUS * 20))
+    build(TinyModelConfig(out_dir=folder / "base", corpus=corpus, vocab_size=600, max_docs=100, prompt_repeats=5))
+    return folder / "base"

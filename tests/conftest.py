@@ -91,15 +91,6 @@ def evidence_workdir(evidence, tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A small tiny-Qwen3 (model + tokenizer with the real chat template), built once per test session."""
-    import json
+    from tests.builders import build_tiny_model
 
-    from biocheck.models.tiny import TinyModelConfig, build_tiny_model
-    from tests.builders import CORPUS
-
-    d = tmp_path_factory.mktemp("tiny")
-    corpus = d / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": str(c["doc_id"]), "title": c["title"], "abstract": c["abstract"]})
-                              + "\n" for c in CORPUS * 20))
-    build_tiny_model(TinyModelConfig(out_dir=d / "base", corpus=corpus, vocab_size=600, max_docs=100,
-                                     prompt_repeats=5))
-    return d / "base"
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))

@@ -6,8 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -18,49 +16,25 @@ from biocheck.agent.llm.openai_backend import OpenAIChat
 from biocheck.agent.tools import tool_schema
 from biocheck.labels import Label
 from biocheck.pubmed.search import SearchConfig, search_tool
+from tests.fake_openai import FakeOpenAI as SharedFakeOpenAI
+from tests.fake_openai import assistant
 from tests.test_agent import REPORT
 
 KEY = "sk-test-0123456789"
 
 
-class FakeOpenAI:
-    """/v1/chat/completions that answers from a list of messages, recording the requests."""
+class FakeOpenAI(SharedFakeOpenAI):
+    """Answers turn k of a conversation with answers[k] (the last one after that); the first `fail_first`
+    requests get 503."""
 
     def __init__(self, answers: list[dict], fail_first: int = 0):
-        self.answers, self.fail_first, self.requests = answers, fail_first, []
-        fake = self
+        def reply(body, _headers):
+            if len(self.requests) <= fail_first:
+                return 503, None
+            k = sum(1 for m in body["messages"] if m["role"] == "assistant")
+            return 200, assistant(answers[min(k, len(answers) - 1)])
 
-        class H(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-                if len(fake.requests) <= fake.fail_first:
-                    self.send_response(503)
-                    self.end_headers()
-                    return
-                k = sum(1 for m in body["messages"] if m["role"] == "assistant")
-                msg = fake.answers[min(k, len(fake.answers) - 1)]
-                data = json.dumps({"choices": [{"message": {"role": "assistant", **msg}}],
-                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(reply)
 
 
 def call(q: str, i: int = 0) -> dict:

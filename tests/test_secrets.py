@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,38 +14,22 @@ from biocheck.agent.llm.openai_backend import OpenAIChat
 from biocheck.cli import app
 from biocheck.pubmed.types import Article
 from biocheck.secrets import MASK, redact, secret_values
+from tests.fake_openai import FakeOpenAI
 
 KEY = "sk-proj-Zq7Xw3Vt9Ku5Rs1Pn8Lm4Jh2Gf6Dc0Ba"
 runner = CliRunner()
 
 
-class Refusing:
+class Refusing(FakeOpenAI):
     """An OpenAI-compatible server that answers 401 and echoes the key back, as api.openai.com does."""
 
     def __init__(self, pad: int = 0):
-        class H(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                self.rfile.read(int(self.headers["Content-Length"]))
-                key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
-                msg = "x" * pad + f"Incorrect API key provided: {key}. You can find your API key at platform."
-                data = json.dumps({"error": {"message": msg, "type": "invalid_request_error",
-                                             "code": "invalid_api_key"}}).encode()
-                self.send_response(401)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        def reply(_body, headers):
+            key = (headers.get("Authorization") or "").removeprefix("Bearer ")
+            msg = "x" * pad + f"Incorrect API key provided: {key}. You can find your API key at platform."
+            return 401, {"error": {"message": msg, "type": "invalid_request_error", "code": "invalid_api_key"}}
 
-            def log_message(self, *a):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(reply)
 
 
 @pytest.fixture

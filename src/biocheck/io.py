@@ -77,6 +77,14 @@ def write_text_atomic(dest: Path | str, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def json_digest(payload: Any) -> str:
+    """16 hex digits of sha256 over `payload` as JSON with sorted keys (other values, e.g. paths, as str):
+    the fingerprint of a run key, a system's settings, ..."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def write_json_atomic(dest: Path | str, obj: Any) -> None:
     write_text_atomic(dest, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
 

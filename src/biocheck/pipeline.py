@@ -42,10 +42,11 @@ def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str,
 
 # --- params -> configs -------------------------------------------------------------------------------
 
-def _shared(params: dict[str, Any], name: str, key: str, owner: str) -> dict[str, Any]:
-    """Section `name` with `key` taken from `owner` ("section.key"): one key for a path two stages share,
-    so they cannot disagree. Setting it in `name` too is an error, not silently overridden."""
-    values = raw_section(params, name)
+def _shared(params: dict[str, Any], name: str, key: str, owner: str,
+            values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Section `name` (or `values` read from it) with `key` taken from `owner` ("section.key"): one key for a
+    path two stages share, so they cannot disagree. Setting it in `name` too is an error, not an override."""
+    values = raw_section(params, name) if values is None else values
     if key in values:
         raise InputError(f"{source(params)}: {name}.{key} is not a key of its own: it is {owner} (one key, so the "
                          f"stages agree); remove {name}.{key} and set {owner}.")
@@ -104,9 +105,7 @@ def search_config(params: dict[str, Any], **overrides: Any):
 
     values = raw_section(params, "search")
     for key in ("index_dir", "store"):
-        shared = _shared(params, "search", key, f"evidence.{key}")
-        if key in shared:
-            values[key] = shared[key]
+        values = _shared(params, "search", key, f"evidence.{key}", values)
     return section(params, "search", SearchConfig, values=values, **overrides)
 
 

@@ -127,10 +127,10 @@ def progress_every(cfg: TrainConfig) -> int:
 
 
 def fingerprint_inputs(payload: dict[str, Any]) -> str:
-    """16 hex digits of sha256 over the payload as JSON with sorted keys (other values, e.g. paths, as str)."""
-    import hashlib
+    """The identity of a training run's inputs (`biocheck.io.json_digest`)."""
+    from biocheck.io import json_digest
 
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return json_digest(payload)
 
 
 # The Trainer writes trainer_state.json last: a checkpoint folder without it was cut off mid-save.

@@ -9,7 +9,6 @@ instructions (Prompts(report=False)) set pmsearch apart.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from typing import Any
 
@@ -18,13 +17,10 @@ from biocheck.agent.llm.base import ChatLLM
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.run import NOT_IN_KEY
 from biocheck.data.schema import ClaimRecord
+from biocheck.io import json_digest
 from biocheck.report.schema import Report
 
 NO_LABEL = "no label in the final answer"  # pmsearch's one parse problem
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def settings_key(agent_cfg: AgentConfig, search_cfg: Any) -> dict[str, Any]:
@@ -59,7 +55,7 @@ class AgentSystem:
         backend = (search_cfg.get("backend") if isinstance(search_cfg, dict) else getattr(search_cfg, "backend", "")) or ""
         self.agent = Agent(llm, tool, agent_cfg, search_backend=backend,
                            prompts=dataclasses.replace(prompts, report=not label_only))
-        self._fingerprint = _digest({"llm_fingerprint": self.agent.llm_fingerprint,
+        self._fingerprint = json_digest({"llm_fingerprint": self.agent.llm_fingerprint,
                                      "prompt_hash": self.agent.prompts_hash, "search_backend": backend,
                                      **settings_key(agent_cfg, search_cfg)})
 

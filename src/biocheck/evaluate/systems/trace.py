@@ -9,8 +9,6 @@ the model and prompt fingerprints. A model failure (LLMError) ends the episode w
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import time
 from dataclasses import asdict, is_dataclass
 from typing import Any
@@ -20,6 +18,7 @@ from biocheck.agent.episode import Episode
 from biocheck.agent.graph import LLM_ERROR
 from biocheck.agent.llm.base import AssistantTurn, ChatLLM, LLMError
 from biocheck.data.schema import ClaimRecord
+from biocheck.io import json_digest
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
 from biocheck.report.schema import Report
@@ -30,7 +29,7 @@ def fingerprint(name: str, llm_fingerprint: str, prompt_hash: str, settings: Any
     """16 hex digits over everything that changes a baseline's answers."""
     settings = asdict(settings) if is_dataclass(settings) else settings
     key = {"system": name, "llm_fingerprint": llm_fingerprint, "prompt_hash": prompt_hash, "settings": settings}
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return json_digest(key)
 
 
 class Trace:
