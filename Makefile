@@ -1,12 +1,14 @@
 # The two commands of the README:
 #   make quickstart   set up .venv (once) and run the quickstart pipeline (`dvc repro`)
 #   make test         set up .venv (once) and run the test suite
-# Both create or reuse the virtual environment in $(VENV); it is rebuilt when pyproject.toml changes.
+# Both create or reuse the virtual environment in $(VENV), installed from the hashed lock $(LOCK); it is
+# reinstalled when the lock or pyproject.toml changes. `make lock` refreshes the locks (requirements/README.md).
 
 PYTHON ?= python3
 VENV ?= .venv
-# CPU PyTorch: the exact pin takes the CPU build where one is provided (see README, "Install").
-TORCH_SPEC ?= torch==2.13.0
+LOCK ?= requirements/cpu.txt
+# The lock pins PyTorch's CPU build (requirements/cpu.in), which PyPI does not carry: pip looks for it here too.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST_ARGS ?=
 
 BIN := $(abspath $(VENV))/bin
@@ -15,16 +17,26 @@ export GX_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: quickstart test setup clean-venv mutation
+.PHONY: quickstart test setup lock clean-venv mutation
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=python3.11)")'
+$(VENV)/.installed: $(LOCK) pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the lock $(LOCK) is for Python 3.11: set PYTHON=python3.11 (README, Install notes)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# Add PyTorch's CPU index unless pip's own sources (a local wheel in find-links, say) already hold the locked
+# torch: an index that cannot be reached costs pip seconds for each of the ~280 packages. Then BioCheck itself.
+	torch=$$(grep -oE '^torch==[^ ]+' $(LOCK)); \
+	if $(BIN)/python -m pip install --quiet --dry-run --no-deps --ignore-installed "$$torch" >/dev/null 2>&1; \
+	then index=; else index="--extra-index-url $(TORCH_INDEX)"; fi; \
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes $$index -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
+
+# Refresh requirements/cpu.txt and requirements/gpu.txt from pyproject.toml (needs PyPI; pins move only where
+# pyproject no longer allows them; `make lock LOCK_ARGS=--upgrade` moves every pin to the newest release).
+lock: setup
+	python requirements/lock.py $(LOCK_ARGS)
 
 quickstart: setup
 	dvc repro

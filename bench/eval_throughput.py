@@ -123,6 +123,7 @@ def measure(name: str, llm: str, agent_cfg: AgentConfig, search: SearchConfig, c
     run_system(system, [warm], "scifact", Path(tempfile.mkdtemp(dir=workdir)), progress=False, scorer=scorer)
     walls: dict[int, list[float]] = {w: [] for w in workers}
     searches: dict[int, float] = {}
+    tokens: dict[int, float] = {}
     for _ in range(repeats):
         for w in workers:
             out = Path(tempfile.mkdtemp(prefix=f"{name}-w{w}-", dir=workdir))
@@ -133,11 +134,13 @@ def measure(name: str, llm: str, agent_cfg: AgentConfig, search: SearchConfig, c
             if errors:
                 raise SystemExit(f"{name}: {len(errors)} claims failed, e.g. {errors[0]}")
             searches[w] = sum(p.searches for p in preds) / len(preds)
+            tokens[w] = sum(p.tokens for p in preds) / len(preds)
     rows = {}
     for w in workers:
         wall = statistics.median(walls[w])
         rows[w] = {"seconds": round(wall, 3), "claims_per_s": round(len(claims) / wall, 2),
-                   "runs_s": [round(x, 2) for x in walls[w]], "searches_per_claim": searches[w]}
+                   "runs_s": [round(x, 2) for x in walls[w]], "searches_per_claim": searches[w],
+                   "tokens_per_claim": round(tokens[w], 1)}
     base = rows[workers[0]]["seconds"]
     for w, r in rows.items():
         r["speedup"] = round(base / r["seconds"], 2)

@@ -1,54 +1,33 @@
-"""Prefect 3 flow for the data stages: fetch -> prepare -> validate.
+"""Prefect flow `biocheck-data`: fetch -> prepare -> validate, each its DVC stage (flows/tasks.py).
 
-The tasks call the very functions `biocheck data ...` and `dvc repro` run. Runs without a Prefect
-server (`python flows/data.py`; Prefect starts a temporary local one), or against one with
-PREFECT_API_URL set.
+Fails with the validation summary (also a markdown artifact, key `validation`) when the data does not pass.
+`python flows/data.py [params.yaml]` runs it on that project without a Prefect server (Prefect starts a
+temporary one), or on the server PREFECT_API_URL names.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # offline machines: no telemetry
-os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+if __package__ != "flows":  # run as a script: make the `flows` package (the repo root) importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prefect import flow, task
+from prefect import flow  # noqa: E402
 
-from biocheck.pipeline import fetch_stage, prepare_stage, validate_stage
+from biocheck.orchestration import dvc, entry  # noqa: E402
+from flows.tasks import DataValidationError, fetch_task, main, prepare_task, validate_task  # noqa: E402
 
-
-class DataValidationError(Exception):
-    """The prepared data failed validation; the message is the human summary."""
-
-
-@task(name="fetch", retries=2, retry_delay_seconds=[10, 60])  # network hiccups: retry the whole fetch
-def fetch_task(params: str) -> dict:
-    return fetch_stage(params, progress=False)
-
-
-@task(name="prepare")
-def prepare_task(params: str) -> dict:
-    return prepare_stage(params)
-
-
-@task(name="validate")
-def validate_task(params: str) -> dict:
-    result = validate_stage(params)
-    if not result.success:
-        raise DataValidationError(result.summary())
-    return {"checks": len(result.checks), "failed": 0}
+__all__ = ["DataValidationError", "data_flow"]
 
 
 @flow(name="biocheck-data", log_prints=True)
-def data_flow(params: str = "params.yaml") -> dict:
+def data_flow(params: str = "params.yaml", root: str = ".") -> dict:
     """Fetch the releases, prepare the splits and validate them; fails if validation fails."""
-    fetch_task(params)
-    stats = prepare_task(params)
-    validation = validate_task(params)
-    return {"stats": stats, "validation": validation}
+    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+        root = str(dvc.params_file(root, params).parent)
+        return {"fetch": fetch_task(root), "prepare": prepare_task(root), "validate": validate_task(root)}
 
 
 if __name__ == "__main__":
-    data_flow(sys.argv[1] if len(sys.argv) > 1 else str(Path("params.yaml")))
+    main(data_flow)

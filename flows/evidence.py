@@ -1,30 +1,29 @@
-"""Prefect 3 flow for the evidence stage: build the local index, create the evidence store.
+"""Prefect flow `biocheck-evidence`: the evidence stage (local search index, evidence store) through DVC.
 
-Same function as `biocheck evidence build` / `dvc repro evidence`. `python flows/evidence.py`.
+`python flows/evidence.py [params.yaml]`. (Re-running recorded live queries is flows/refresh.py.)
 """
 
 from __future__ import annotations
 
-import os
 import sys
+from pathlib import Path
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+if __package__ != "flows":  # run as a script: make the `flows` package (the repo root) importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prefect import flow, task
+from prefect import flow  # noqa: E402
 
-from biocheck.pipeline import evidence_stage
-
-
-@task(name="evidence-build")
-def evidence_task(params: str) -> dict:
-    return evidence_stage(params, progress=False)
+from biocheck.orchestration import dvc, entry  # noqa: E402
+from flows.tasks import evidence_task, main  # noqa: E402
 
 
 @flow(name="biocheck-evidence", log_prints=True)
-def evidence_flow(params: str = "params.yaml") -> dict:
-    """Index the prepared corpus (and any baseline files) and report index/store statistics."""
-    return evidence_task(params)
+def evidence_flow(params: str = "params.yaml", root: str = ".") -> dict:
+    """Index the prepared corpus (and any baseline files) and open the evidence store."""
+    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+        root = str(dvc.params_file(root, params).parent)
+        return {"evidence": evidence_task(root)}
 
 
 if __name__ == "__main__":
-    evidence_flow(sys.argv[1] if len(sys.argv) > 1 else "params.yaml")
+    main(evidence_flow)

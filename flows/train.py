@@ -1,45 +1,46 @@
-"""Prefect 3 flow for training: model -> train -> select (the same functions as `dvc repro select`).
+"""Prefect flow `biocheck-train`: model -> train@VARIANT -> select@VARIANT, each its DVC stage.
 
-The training task is tagged `gpu`, so a work pool or concurrency limit can route it to a GPU host;
-locally it runs in-process like the other flows: `python flows/train.py [params.yaml]`.
+The entrypoint of the `gpu` deployment that `biocheck-pipeline` calls when `orchestrate.train_deployment`
+is set; its worker must run in the same project directory as the pipeline (a shared file system), since
+DVC records what ran in that directory's dvc.lock. Standalone: `python flows/train.py [params.yaml]`.
+The training task is tagged `gpu`; a killed run resumes from its last checkpoint on rerun (`persist`).
 """
 
 from __future__ import annotations
 
-import os
 import sys
+from pathlib import Path
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+if __package__ != "flows":  # run as a script: make the `flows` package (the repo root) importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prefect import flow, task  # noqa: E402
+from prefect import flow  # noqa: E402
 
-from biocheck.pipeline import model_stage, select_stage, train_stage  # noqa: E402
-
-
-@task(name="model-init")
-def model_task(params: str) -> dict:
-    return model_stage(params)
-
-
-@task(name="train", tags=["gpu"])
-def train_task(params: str) -> dict:
-    return train_stage(params, progress=False)
-
-
-@task(name="select")
-def select_task(params: str) -> dict:
-    return select_stage(params)
+from biocheck.io import InputError  # noqa: E402
+from biocheck.orchestration import dvc, entry  # noqa: E402
+from biocheck.rewards.components import VARIANTS  # noqa: E402
+from flows.tasks import main, model_task, select_task, train_task  # noqa: E402
 
 
 @flow(name="biocheck-train", log_prints=True)
-def train_flow(params: str = "params.yaml", init_model: bool = True) -> dict:
-    """Build/fetch the base model (optional), train with EG-GRPO, select the champion checkpoint."""
-    if init_model:
-        model_task(params)
-    stats = train_task(params)
-    selection = select_task(params)
-    return {"train": stats, "selection": {k: v for k, v in selection.items() if k != "table"}}
+def train_flow(params: str = "params.yaml", root: str = ".", variants: list[str] | None = None,
+               init_model: bool = True) -> dict:
+    """Build/fetch the base model (optional), train each reward variant (default: all, dvc.yaml's train@...
+    stages), then select each one's best checkpoint."""
+    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+        root = str(dvc.params_file(root, params).parent)
+        variants = list(VARIANTS) if variants is None else list(variants)
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            raise InputError(f"variants: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)} "
+                             "(the train@... stages of dvc.yaml)")
+        out = {"model": model_task(root)} if init_model else {}
+        for v in variants:  # one at a time: both share the host's GPU (and DVC's project lock)
+            out[f"train@{v}"] = train_task(root, v)
+        for v in variants:
+            out[f"select@{v}"] = select_task(root, v)
+        return out
 
 
 if __name__ == "__main__":
-    train_flow(sys.argv[1] if len(sys.argv) > 1 else "params.yaml")
+    main(train_flow)

@@ -102,3 +102,20 @@ def test_each_system_runs_its_own_model_from_the_params():
     assert {models[s] for s in ("no_retrieval", "pmsearch", "cer", "fire")} == {"transformers:models/base"}
     params["agent"]["llm"] = "openai:gpt-x"  # a hosted model has no checkpoints: every system runs it
     assert set(pipeline.eval_models(params).values()) == {"openai:gpt-x"}
+    params["agent"]["llm"] = "openai:models/base"  # a server that loads by path: each agent its checkpoint
+    served = pipeline.eval_models(params)
+    assert (served["base"], served["eg_grpo"], served["outcome_only"], served["cer"]) == (
+        "openai:models/base", "openai:models/selected", "openai:models/selected_outcome_only", "openai:models/base")
+
+
+def test_model_chooses_what_eg_grpo_runs_and_a_bad_alias_is_one_line(project):
+    (project / "refute.json").write_text(json.dumps([{"content": REPORT.replace("\nSUPPORTED", "\nREFUTED")}]))
+    args = ["evaluate", "--systems", "eg_grpo", "--datasets", "scifact", "--out", "adhoc", "--no-progress"]
+    r = runner.invoke(app, [*args, "--model", "scripted:refute.json"])
+    assert r.exit_code == 0, r.output
+    preds = [json.loads(line) for line in (project / "adhoc" / "predictions" / "eg_grpo" / "scifact.jsonl")
+             .read_text().splitlines()]
+    assert {p["pred"] for p in preds} == {"REFUTED"}  # the given model, not agent.llm's script (SUPPORTED)
+    r = runner.invoke(app, [*args, "--model", "championn"])
+    assert r.exit_code == 1 and "championn" in r.output and "champion, challenger, base" in r.output
+    assert "Traceback" not in r.output

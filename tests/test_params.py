@@ -48,7 +48,8 @@ def build_all(params: dict[str, Any]) -> dict[str, Any]:
     built = {"fetch": pl.fetch_config(p), "data": pl.prepare_config(p), "validate": pl.validate_config(p),
              "evidence": pl.evidence_config(p), "search": pl.search_config(p), "model": pl.model_config(p),
              "agent": pl.agent_config(p), "reward": reward, "judge": judge, "train": pl.train_config(p),
-             "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p)}
+             "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p),
+             "orchestrate": pl.orchestrate_config(p)}
     return _plain(built)
 
 
@@ -125,6 +126,7 @@ ACCEPTED = {
     "agent": "biocheck.agent.episode:AgentConfig", "reward": "biocheck.rewards.components:RewardConfig",
     "train": "biocheck.train.grpo:TrainConfig", "select": "biocheck.train.select:SelectConfig",
     "evaluate": "biocheck.evaluate.config:EvaluateConfig",
+    "orchestrate": "biocheck.orchestration.config:OrchestrateConfig",
 }
 
 

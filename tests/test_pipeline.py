@@ -145,26 +145,36 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
     return io
 
 
-def _expand(stages: dict) -> dict[str, dict]:
-    """dvc.yaml stages with `foreach` (a mapping) expanded as DVC does: name@key, ${key}, ${item.field}."""
+def _expand(stages: dict, params: dict) -> dict[str, dict]:
+    """dvc.yaml stages with `foreach` (a mapping) expanded as DVC does: name@key, ${key}, ${item.field}, and
+    ${section.key} from params.yaml."""
+    import re
+
+    def from_params(match: re.Match) -> str:
+        node = params
+        for part in match.group(1).split("."):
+            node = node[part]
+        return str(node)
+
     out = {}
     for name, stage in stages.items():
+        text = yaml.safe_dump(stage)
         if "foreach" not in stage:
-            out[name] = stage
+            out[name] = yaml.safe_load(re.sub(r"\$\{(\w+\.\w+)\}", from_params, text))
             continue
         for key, item in stage["foreach"].items():
             text = yaml.safe_dump(stage["do"]).replace("${key}", key)
             for field, value in item.items():
                 text = text.replace(f"${{item.{field}}}", str(value))
-            out[f"{name}@{key}"] = yaml.safe_load(text)
+            out[f"{name}@{key}"] = yaml.safe_load(re.sub(r"\$\{(\w+\.\w+)\}", from_params, text))
     return out
 
 
 def test_dvc_stages_match_the_cli_params_and_configs():
     from biocheck.cli import app
 
-    stages = _expand(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"])
     params = yaml.safe_load((REPO / "params.yaml").read_text())
+    stages = _expand(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"], params)
     io = _stage_io(params)
     assert sorted(stages) == sorted(io)
     produced: list[str] = []

@@ -214,7 +214,7 @@ def test_checkpoints_without_a_run_key_are_not_resumed_and_parents_are_made(tmp_
 GRPO_VALUES = dict(num_generations=2, per_device_train_batch_size=4, gradient_accumulation_steps=2,
                    learning_rate=3e-6, beta=0.04, epsilon=0.3, loss_type="grpo", max_steps=7, save_steps=4,
                    eval_steps=2, logging_steps=3, max_completion_length=321, temperature=0.7, seed=11,
-                   gradient_checkpointing=False, bf16=False, use_vllm=False, vllm_mode="server",
+                   gradient_checkpointing=False, bf16=False, use_vllm=False, vllm_mode="server", vllm_server_base_url="http://gpu0:8000",
                    num_generations_eval=2, eval_on_start=False)
 
 

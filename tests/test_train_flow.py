@@ -1,87 +1,104 @@
-"""The training flow wires the same functions in order: model -> train -> select; its training task is tagged gpu.
+"""The training flow: model -> train@VARIANT -> select@VARIANT, each task one DVC stage; training tagged gpu.
 
-The flow body is run as a plain function (`.fn`) with its tasks replaced by recorders, and each task body is
-run the same way over the stage functions: no Prefect server, no model, no training.
+The flow body runs as a plain function (`.fn`) with its tasks replaced by recorders; each task body runs the
+same way with `dvc.repro` recorded: no Prefect server, no DVC, no training.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import flows.tasks as tasks
 import flows.train as flow_mod
 import pytest
 import yaml
 
-from biocheck.pipeline import train_setup
+from biocheck.io import InputError
+from biocheck.orchestration import dvc
+from biocheck.orchestration.dvc import StageRun
+from biocheck.rewards.components import VARIANTS
 from tests.conftest import REPO
 
 
-def test_train_flow_tasks_and_gpu_tag():
-    assert "gpu" in flow_mod.train_task.tags
-    assert "gpu" not in flow_mod.select_task.tags and "gpu" not in flow_mod.model_task.tags
+@pytest.fixture
+def project(tmp_path) -> Path:
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    return tmp_path.resolve()
+
+
+def test_tasks_are_named_after_their_stages_and_training_is_tagged_gpu():
     assert flow_mod.train_flow.name == "biocheck-train"
-    assert (flow_mod.model_task.name, flow_mod.train_task.name, flow_mod.select_task.name) == (
-        "model-init", "train", "select")
+    assert (flow_mod.model_task.name, flow_mod.train_task.name, flow_mod.select_task.name) == ("model", "train", "select")
+    assert "gpu" in flow_mod.train_task.tags
+    assert not ({"gpu"} & (flow_mod.select_task.tags | flow_mod.model_task.tags))
+    stage_tasks = (tasks.fetch_task, tasks.prepare_task, tasks.validate_task, tasks.evidence_task, tasks.model_task,
+                   tasks.train_task, tasks.select_task, tasks.evaluate_task)
+    for t in stage_tasks:  # each stage its own timeout
+        assert t.timeout_seconds == tasks.TIMEOUT_S[t.name]
+    assert tasks.pull_task.timeout_seconds == tasks.push_task.timeout_seconds == tasks.TIMEOUT_S["dvc"]
+    # network stages retry; a stage that computes does not (a rerun would fail the same way)
+    assert tasks.fetch_task.retries == tasks.pull_task.retries == tasks.push_task.retries == 2
+    assert tasks.train_task.retries == tasks.validate_task.retries == 0
+
+
+def test_the_variants_are_dvc_yamls_train_and_select_stages():
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    assert tuple(stages["train"]["foreach"]) == VARIANTS == tuple(stages["select"]["foreach"])
 
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """The flow's three tasks replaced by recorders; returns the list of (step, params path) calls."""
-    calls: list[tuple[str, str]] = []
-    results = {"model": {"model": "built"}, "train": {"steps": 4, "train_loss": 0.5},
-               "select": {"selected_step": 20, "selected_eval_reward": 0.7, "table": [{"step": 20}]}}
+    """The flow's three tasks replaced by recorders; returns the list of (step, args) calls."""
+    calls: list[tuple] = []
 
     def recorder(step):
-        def run(params: str) -> dict:
-            calls.append((step, params))
-            return dict(results[step])
+        def run(*args) -> dict:
+            calls.append((step, *args))
+            return {"step": step}
         return run
 
-    monkeypatch.setattr(flow_mod, "model_task", recorder("model"))
-    monkeypatch.setattr(flow_mod, "train_task", recorder("train"))
-    monkeypatch.setattr(flow_mod, "select_task", recorder("select"))
+    for name in ("model_task", "train_task", "select_task"):
+        monkeypatch.setattr(flow_mod, name, recorder(name.removesuffix("_task")))
     return calls
 
 
-def test_flow_runs_model_train_select_in_order_and_returns_the_selection_without_its_table(recorded):
-    out = flow_mod.train_flow.fn("my/params.yaml")
-    assert recorded == [("model", "my/params.yaml"), ("train", "my/params.yaml"), ("select", "my/params.yaml")]
-    assert out == {"train": {"steps": 4, "train_loss": 0.5},
-                   "selection": {"selected_step": 20, "selected_eval_reward": 0.7}}
+def test_flow_runs_model_then_every_variant_trained_then_selected(recorded, project):
+    out = flow_mod.train_flow.fn(root=str(project))
+    root = str(project)
+    assert recorded == [("model", root), ("train", root, "eg_grpo"), ("train", root, "outcome_only"),
+                        ("select", root, "eg_grpo"), ("select", root, "outcome_only")]
+    assert list(out) == ["model", "train@eg_grpo", "train@outcome_only", "select@eg_grpo", "select@outcome_only"]
 
 
-def test_flow_without_init_model_skips_the_model_step(recorded):
-    out = flow_mod.train_flow.fn("p.yaml", init_model=False)
-    assert recorded == [("train", "p.yaml"), ("select", "p.yaml")]
-    assert out["selection"] == {"selected_step": 20, "selected_eval_reward": 0.7}
+def test_flow_with_one_variant_and_without_the_model_step(recorded, project):
+    flow_mod.train_flow.fn(root=str(project), variants=["outcome_only"], init_model=False)
+    assert recorded == [("train", str(project), "outcome_only"), ("select", str(project), "outcome_only")]
 
 
-def test_each_task_calls_its_stage_function_with_the_params_file(tmp_path, monkeypatch):
-    import biocheck.models.stage as model_stage
-    import biocheck.train.select as select_mod
-    import biocheck.train.stage as train_stage
+def test_an_unknown_variant_or_project_fails_before_any_stage(recorded, project, tmp_path):
+    with pytest.raises(InputError, match=r"variants: unknown grpo; known: eg_grpo, outcome_only"):
+        flow_mod.train_flow.fn(root=str(project), variants=["grpo"])
+    with pytest.raises(dvc.DvcError, match="not a DVC project"):
+        flow_mod.train_flow.fn(root=str(tmp_path / "nowhere"))
+    assert recorded == []
 
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["model"]["out_dir"] = str(tmp_path / "base")
-    params["train"]["out_dir"] = str(tmp_path / "ckpt")
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
-    seen: dict[str, tuple] = {}
 
-    def record(name: str, result: dict):
-        def stage(*args, **kwargs):
-            seen[name] = (*args, *kwargs.values())
-            return result
-        return stage
+def test_each_task_runs_its_dvc_stage(monkeypatch, project):
+    seen: list[tuple[str, str]] = []
 
-    monkeypatch.setattr(model_stage, "init_model", record("model", {"m": 1}))
-    monkeypatch.setattr(train_stage, "train", record("train", {"t": 1}))
-    monkeypatch.setattr(select_mod, "select", record("select", {"s": 1}))
+    def repro(stage, root, logger=None, force=False):
+        seen.append((stage, root))
+        return StageRun(stage=stage, ran=True, seconds=0.5)
 
-    assert flow_mod.model_task.fn(str(path)) == {"m": 1}
-    assert flow_mod.train_task.fn(str(path)) == {"t": 1}
-    assert flow_mod.select_task.fn(str(path)) == {"s": 1}
-    assert seen["model"][0].out_dir == Path(params["model"]["out_dir"])
-    setup, progress = seen["train"]  # the whole params file, no progress bars in a flow
-    assert setup == train_setup(params) and progress is False
-    assert seen["select"][0].checkpoints == Path(params["train"]["out_dir"])  # select reads what train wrote
+    monkeypatch.setattr(dvc, "repro", repro)
+    root = str(project)
+    assert flow_mod.model_task.fn(root) == {"stage": "model", "ran": True, "seconds": 0.5}
+    flow_mod.train_task.fn(root, "outcome_only")
+    flow_mod.select_task.fn(root, "eg_grpo")
+    tasks.fetch_task.fn(root)
+    tasks.prepare_task.fn(root)
+    tasks.evidence_task.fn(root)
+    assert seen == [("model", root), ("train@outcome_only", root), ("select@eg_grpo", root), ("fetch", root),
+                    ("prepare", root), ("evidence", root)]

@@ -208,6 +208,36 @@ def evidence_stats(params: ParamsOpt = Path("params.yaml")) -> None:
     typer.echo(json.dumps(_run(stats, cfg.index_dir, cfg.store), indent=2, default=str))
 
 
+@evidence_app.command("refresh")
+def evidence_refresh(
+    params: ParamsOpt = Path("params.yaml"),
+    limit: Annotated[int | None, typer.Option(help="Refresh only the first N recorded queries (oldest first).")] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Re-run the PubMed queries recorded in the evidence store through live NCBI E-utilities.
+
+    Replay (and a repeated entrez search) answers from the store, so it never sees papers published
+    since a query was first asked; a refresh brings the store up to date. Every query recorded by
+    the entrez backend is sent to PubMed again (never answered from the store) with the settings in
+    `search:` (timeout_s, max_attempts; at least as many papers as before) and its new answer
+    replaces the old one in evidence.store, whatever search.backend says. Requests keep NCBI's rate
+    limit (3/s, 10/s with NCBI_API_KEY) across all of the user's processes on this machine.
+
+    A query that fails keeps its old answer and is reported; the others go on. If none can be
+    refreshed (NCBI unreachable) it is an error and nothing changes. Writes
+    reports/evidence_refresh.json (per query: old and new ids, added, removed, hit counts, error)
+    and metrics/evidence_refresh.json, and logs them to MLflow. Prefect: flows/refresh.py (the
+    evidence-refresh-nightly deployment) runs the same refresh in shards on Dask.
+    """
+    from biocheck.pipeline import refresh_stage
+
+    report = _run(refresh_stage, params, progress=progress and sys.stderr.isatty(), limit=limit)
+    s = report["summary"]
+    err.print(f"refreshed {s['refreshed']:,} of {s['queries']:,} PubMed queries: {s['changed']:,} changed "
+              f"(+{s['added']:,} / -{s['removed']:,} papers, {s['new_papers']:,} new), {s['errors']:,} failed; "
+              f"details in {report['report_path']}", markup=False, highlight=False)
+
+
 def _print_results(out) -> None:
     from rich.markup import escape as esc
 
@@ -552,6 +582,10 @@ def evaluate(
     workers: Annotated[int | None, typer.Option(help="Claims in flight per system [default: evaluate.workers].")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Ad-hoc run: write everything under this folder instead of eval/, metrics/ and reports/eval/.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="The model the eg_grpo system runs: champion (the selected EG-GRPO checkpoint), challenger (the "
+             "selected outcome-only one), base, a model folder, or a backend spec such as openai:NAME "
+             "[default: champion]. Use with --out to keep the pipeline's results.")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Evaluate BioCheck against its baselines on SciFact and HealthFC.
@@ -570,7 +604,7 @@ def evaluate(
     def names(text: str | None) -> list[str] | None:
         return [x.strip() for x in text.split(",") if x.strip()] if text is not None else None
 
-    result = _run(evaluate_stage, params, progress=progress and sys.stderr.isatty(), out=out,
+    result = _run(evaluate_stage, params, progress=progress and sys.stderr.isatty(), out=out, model=model,
                   systems=names(systems), datasets=names(datasets), limit=limit, workers=workers)
     for system, by_dataset in result["metrics"].items():
         for dataset, m in by_dataset.items():

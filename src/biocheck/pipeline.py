@@ -28,7 +28,7 @@ from biocheck.params import DEFAULT_PARAMS, Params, load_params, plain, raw_sect
 log = logging.getLogger(__name__)
 
 SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "train",
-            "select", "evaluate")
+            "select", "evaluate", "orchestrate")
 
 
 def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -207,6 +207,25 @@ def evaluate_config(params: dict[str, Any], **overrides: Any):
                    **overrides)
 
 
+def orchestrate_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.orchestration.config import OrchestrateConfig
+
+    return section(params, "orchestrate", OrchestrateConfig, **overrides)
+
+
+def refresh_config(params: dict[str, Any], **overrides: Any):
+    """`biocheck evidence refresh`: no section of its own; PubMed is reached as `search:` says (timeout,
+    attempts, papers per search) with evidence.store, whatever search.backend is. `overrides`: limit,
+    progress, report_path, metrics_path."""
+    from biocheck.pubmed.refresh import BACKEND, RefreshConfig
+
+    search = search_config(params, backend=BACKEND)
+    try:
+        return RefreshConfig(search=search, **{k: v for k, v in overrides.items() if v is not None})
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
 # --- components --------------------------------------------------------------------------------------
 
 def make_search_tool(search_cfg):
@@ -350,16 +369,37 @@ def select_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, register:
     return select(cfg)
 
 
+def refresh_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
+                  changes: list | None = None, **overrides: Any) -> dict:
+    """Re-run the PubMed queries recorded in the evidence store live; write reports/evidence_refresh.json and
+    metrics/evidence_refresh.json; log to MLflow. `changes` (QueryChanges from shards refreshed elsewhere, e.g.
+    the Prefect flow's Dask tasks) skips the re-run and only writes and logs them."""
+    from biocheck.pubmed.refresh import refresh, write_report
+
+    p = params_of(params)
+    cfg = refresh_config(p, progress=progress, **overrides)
+    report = refresh(cfg) if changes is None else write_report(cfg, changes)
+    with tracking.run("evidence-refresh", params={"profile": p.get("profile"), "search": plain(cfg.search),
+                                                  "limit": cfg.limit}):
+        tracking.log_metrics(report["summary"])
+        tracking.log_artifacts(cfg.report_path)
+    return report
+
+
 def eval_models(params: dict[str, Any]) -> dict[str, str]:
     """The model spec each evaluated system runs (agent.llm semantics): the BioCheck agents with the base
     model and the two selected checkpoints; every baseline with the base model. A hosted model
-    (openai:...) has no checkpoints: every system then runs agent.llm."""
+    (openai:...) has no checkpoints: every system then runs agent.llm, unless agent.llm names the base
+    model's folder (`openai:models/base`): a server that loads models by path (`transformers serve` without
+    a forced model; vLLM serving several) is then asked for each agent's own checkpoint."""
     from biocheck.evaluate.config import SYSTEMS
 
     llm = agent_config(params).llm
-    kind, _, _ = llm.partition(":")
-    local = kind in ("transformers", "vllm")
-    base = f"{kind}:{model_config(params).out_dir}" if local else llm
+    kind, _, ref = llm.partition(":")
+    base_dir = Path(model_config(params).out_dir)
+    served = kind == "openai" and Path(ref).expanduser().resolve() == base_dir.resolve()
+    local = kind in ("transformers", "vllm") or served
+    base = f"{kind}:{base_dir}" if local else llm
     models = {name: base for name in SYSTEMS}
     if local:
         models["eg_grpo"] = f"{kind}:{select_config(params).out_dir}"
@@ -378,14 +418,45 @@ def _check_model(system: str, spec: str) -> None:
         raise InputError(f"{system}: no model in {ref}; run `{MAKE_MODEL[system]}` first.")
 
 
-def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
-                   out: Path | str | None = None, **overrides: Any) -> dict:
-    """Every system in evaluate.systems on every dataset in evaluate.datasets; `out` puts every output of an
-    ad-hoc run (outside DVC) under one folder instead of eval/, metrics/ and reports/."""
+MODEL_ALIASES = {"champion": "eg_grpo", "challenger": "outcome_only", "base": "base"}  # alias -> whose model
+
+
+def eval_model(params: dict[str, Any], model: str) -> str:
+    """The model spec `model` names for the eg_grpo system (the `evaluate` deployment's model): an alias, the
+    model a system runs by default (champion: the selected EG-GRPO checkpoint, challenger: the outcome-only
+    selection, base; as select registers them in MLflow, read from their local folders), a model folder, or
+    a spec (KIND:REF, as agent.llm)."""
+    from biocheck.agent.llm import KINDS
+
+    if model in MODEL_ALIASES:
+        return eval_models(params)[MODEL_ALIASES[model]]
+    kind, sep, ref = model.partition(":")
+    if sep and ref and kind in KINDS:
+        return model
+    if (Path(model) / "config.json").is_file():
+        # A folder runs where the checkpoints run (in-process, or a server that loads by path); else in-process.
+        checkpoint = eval_models(params)["eg_grpo"]
+        return f"{checkpoint.partition(':')[0] if checkpoint != agent_config(params).llm else 'transformers'}:{model}"
+    what = "no model folder (config.json) at" if Path(model).exists() or "/" in model else "unknown model"
+    raise InputError(f"--model {model}: {what} {model!r}; give an alias ({', '.join(MODEL_ALIASES)}), a model "
+                     f"folder, or a spec KIND:REF with KIND one of {', '.join(KINDS)}.")
+
+
+@dataclass
+class EvalSetup:
+    """What an evaluation runs on, checked before any work: its config, its systems (built lazily, no model
+    loaded yet) and its claims per dataset (evaluate.limit applied)."""
+
+    cfg: Any
+    systems: dict[str, Any]
+    claims: dict[str, list]
+
+
+def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Path | str | None = None,
+                   model: str | None = None, **overrides: Any) -> EvalSetup:
+    """evaluate_stage's inputs; `model` (eval_model) replaces the eg_grpo system's model (None: the champion)."""
     from biocheck.data.prepare import load_split
     from biocheck.evaluate.config import DATASETS
-    from biocheck.evaluate.harness import make_scorer
-    from biocheck.evaluate.stage import evaluate
     from biocheck.evaluate.systems import make_system
 
     p = params_of(params)
@@ -396,25 +467,64 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
         cfg.metrics_path, cfg.paired_path = out / "eval.json", out / "eval_paired.json"
     agent_cfg, search_cfg = agent_config(p), search_config(p)
     models = eval_models(p)
+    maker = {name: name for name in cfg.systems}  # whose `dvc repro` command makes the model a system runs
+    if model is not None:
+        models["eg_grpo"] = eval_model(p, model)
+        maker["eg_grpo"] = MODEL_ALIASES.get(model, "")  # a folder or spec the user named: nothing to suggest
     for name in cfg.systems:
-        _check_model(name, models[name])
+        _check_model(maker[name], models[name])
     systems = {name: make_system(name, llm=models[name], agent_cfg=agent_cfg, search_cfg=search_cfg, eval_cfg=cfg)
                for name in cfg.systems}
     claims = {}
     for d in cfg.datasets:
         dataset, split = DATASETS[d].split("/")
-        claims[d] = load_split(dataset, split, prepared_dir(p))
+        claims[d] = load_split(dataset, split, prepared_dir(p))[: cfg.limit]
         if not claims[d]:
             raise InputError(f"{prepared_dir(p) / DATASETS[d]}.jsonl: no claims to evaluate; check data.subset "
                              "and data.keep_labels, then `dvc repro prepare`.")
+    return EvalSetup(cfg, systems, claims)
+
+
+def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
+                   out: Path | str | None = None, model: str | None = None, **overrides: Any) -> dict:
+    """Every system in evaluate.systems on every dataset in evaluate.datasets; `out` puts every output of an
+    ad-hoc run (outside DVC) under one folder instead of eval/, metrics/ and reports/; `model` (eval_model)
+    is the model the eg_grpo system runs (None: the champion)."""
+    from biocheck.evaluate.harness import make_scorer
+    from biocheck.evaluate.stage import evaluate
+
+    p = params_of(params)
+    setup = evaluate_setup(p, out=out, model=model, **overrides)
     reward_cfg, judge_cfg = reward_config(p)
     scorer = make_scorer(make_judge(judge_cfg), reward_cfg)
     # MLflow: one run per (system, dataset) in the biocheck-eval experiment (evaluate/compare.log_mlflow)
-    return evaluate(cfg, systems, claims, scorer, progress=progress, profile=p.get("profile"))
+    return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress, profile=p.get("profile"))
+
+
+def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | str | None = None,
+                   model: str | None = None, **overrides: Any) -> dict:
+    """One shard (evaluate/shards.Shard) of a sharded evaluation, on a Dask worker (flows/evaluate.py): its
+    episodes, cached as traces where evaluate_stage with the same arguments finds them; no predictions,
+    no metrics (that pass writes them)."""
+    from biocheck.evaluate.shards import run_shard
+
+    setup = evaluate_setup(params, out=out, model=model,
+                           **{**overrides, "systems": [shard.system], "datasets": [shard.dataset]})
+    by_id = {c.id: c for c in setup.claims[shard.dataset]}
+    missing = [i for i in shard.claim_ids if i not in by_id]
+    if missing:
+        raise InputError(f"{shard.name}: claim(s) {', '.join(missing[:5])} are no longer in the {shard.dataset} "
+                         "split (it changed during the run); run the evaluation again.")
+    system = setup.systems[shard.system]
+    try:
+        return run_shard(system, [by_id[i] for i in shard.claim_ids], shard.dataset, setup.cfg.out_dir,
+                         workers=setup.cfg.workers)
+    finally:
+        system.close()
 
 
 __all__ = ["DEFAULT_PARAMS", "JudgeConfig", "Params", "SECTIONS", "TrainSetup", "agent", "agent_config",
-           "eval_models", "evaluate_config", "evaluate_stage", "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
-           "make_judge", "make_prompts", "make_search_tool", "model_config", "model_stage", "params_of",
-           "prepare_config", "prepare_stage", "prepared_dir", "reward_config", "search_config", "select_config",
+           "EvalSetup", "MODEL_ALIASES", "eval_model", "eval_models", "evaluate_config", "evaluate_setup", "evaluate_shard", "evaluate_stage", "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
+           "make_judge", "make_prompts", "make_search_tool", "model_config", "model_stage", "orchestrate_config", "params_of",
+           "prepare_config", "prepare_stage", "prepared_dir", "refresh_config", "refresh_stage", "reward_config", "search_config", "select_config",
            "select_stage", "train_config", "train_setup", "train_stage", "validate_config", "validate_stage"]

@@ -118,11 +118,14 @@ def _prediction(system: System, fingerprint: str, dataset: str, claim: ClaimReco
 
 
 def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir: Path, workers: int = 1,
-               progress: bool = True, scorer: Scorer | None = None) -> list[Prediction]:
+               progress: bool = True, scorer: Scorer | None = None, shard: bool = False) -> list[Prediction]:
     """Every claim through `system` (cached episodes reused); write and return the predictions, in claim order.
 
     `scorer` (see make_scorer) adds EQS and EHR to report-writing systems' predictions; EQS is left None when
-    the scorer has no judge or the report cites nothing, as the metrics expect.
+    the scorer has no judge or the report cites nothing, as the metrics expect. `shard`: these claims are one
+    shard of an evaluation whose other shards write into the same trace folder at the same time (evaluate/
+    shards.py): only the traces are written (the full pass writes the predictions from them), and no
+    temporaries are swept (they may be another shard's trace in the middle of its rename).
     """
     if not claims:
         raise InputError(f"{dataset}: no claims to evaluate; check the prepared split (biocheck prepare).")
@@ -133,7 +136,8 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
     fp = system.fingerprint()
     folder = trace_dir(out_dir, system.name, fp, dataset)
     folder.mkdir(parents=True, exist_ok=True)
-    remove_stale_tmp(folder)  # temporaries left by a killed run
+    if not shard:
+        remove_stale_tmp(folder)  # temporaries left by a killed run
     keys = {c.id: trace_key(system, fp, c) for c in claims}
     paths = {c.id: trace_path(folder, c.id) for c in claims}
     episodes: dict[str, Episode | None] = {c.id: cached(paths[c.id], keys[c.id]) for c in claims}
@@ -173,6 +177,8 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
                          None if c.id in errors else paths[c.id].relative_to(out_dir).as_posix()) for c in claims]
     if system.writes_report and scorer is not None:
         _score(preds, [episodes[c.id] for c in claims], scorer)
+    if shard:
+        return preds
     path = predictions_path(out_dir, system.name, dataset)
     with atomic_path(path) as tmp:
         dump_jsonl(tmp, preds)

@@ -207,6 +207,13 @@ class EvidenceStore(SQLiteDB):
                 yield _article(row[1:])
             last = rows[-1][0]
 
+    def queries(self, backend: str, limit: int | None = None) -> list[str]:
+        """The queries stored from `backend`, oldest first (the first `limit` of them)."""
+        sql, args = "SELECT query FROM queries WHERE backend = ? ORDER BY id", (backend,)
+        if limit is not None:
+            sql, args = sql + " LIMIT ?", (*args, limit)
+        return [q for (q,) in self._read(lambda conn: conn.execute(sql, args).fetchall())]
+
     def stats(self) -> dict[str, Any]:
         def body(conn: sqlite3.Connection) -> dict[str, Any]:
             by_backend = dict(conn.execute("SELECT backend, COUNT(*) FROM queries GROUP BY backend").fetchall())

@@ -44,6 +44,8 @@ class TrainConfig:
     bf16: bool = False
     use_vllm: bool = False
     vllm_mode: str = "colocate"
+    # vllm_mode "server": the `trl vllm-serve` server on its own GPU (docs/orchestration.md, multi-GPU training)
+    vllm_server_base_url: str | None = None
     num_generations_eval: int | None = None
     eval_on_start: bool = True  # the start's validation reward (the learning check compares against it)
     lora: dict[str, Any] | None = None  # e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}
@@ -63,7 +65,7 @@ class TrainConfig:
     GRPO_FIELDS = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate",
                    "beta", "epsilon", "loss_type", "max_steps", "save_steps", "eval_steps", "logging_steps",
                    "max_completion_length", "temperature", "seed", "gradient_checkpointing", "bf16", "use_vllm",
-                   "vllm_mode", "num_generations_eval", "eval_on_start")
+                   "vllm_mode", "vllm_server_base_url", "num_generations_eval", "eval_on_start")
 
     def grpo_config(self, output_dir: Path, max_tool_calling_iterations: int, report_to: list[str]):
         import torch

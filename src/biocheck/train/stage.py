@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from biocheck import tracking
@@ -41,8 +43,15 @@ def make_bank(c: TrainSetup):
     return RewardBank(c.reward, make_judge(c.judge))
 
 
+@contextlib.contextmanager
+def _no_run(*_args: Any, **_kwargs: Any) -> Iterator[None]:
+    """No MLflow run: a process other than the first under a multi-process launcher."""
+    yield None
+
+
 def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     """Run one training run as `c` describes it (built from params by `biocheck.pipeline.train_setup`)."""
+    from accelerate import PartialState
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from biocheck.agent.llm.transformers_backend import model_fingerprint
@@ -54,7 +63,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from biocheck.train.dataset import to_dataset
     from biocheck.train.demos import demonstration
     from biocheck.train.env import env_factory, make_env
-    from biocheck.train.grpo import make_trainer, prepare_out_dir
+    from biocheck.train.grpo import latest_checkpoint, make_trainer, prepare_out_dir
     from biocheck.train.sft import SFTConfig, train_sft
 
     if not progress:  # dvc repro / flows: no "Loading weights" bars in the log either
@@ -68,14 +77,21 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     tool = make_search_tool(c.search)
     prompts = make_prompts(agent_cfg, tool)
     key = run_key(c, prompts, model_fingerprint(base), [r.id for r in train_recs], [r.id for r in val_recs])
-    resume = prepare_out_dir(cfg.out_dir, key)
+    # Under a multi-process launcher (accelerate, torchrun) the first process alone prepares the checkpoint
+    # folder, trains the warm start and writes metrics and MLflow runs; the others wait for it, then train.
+    state = PartialState()
+    main = state.is_main_process
+    resume = prepare_out_dir(cfg.out_dir, key) if main else None
+    state.wait_for_everyone()
+    if not main:
+        resume = latest_checkpoint(cfg.out_dir)
 
     start = base
     sft_cfg = SFTConfig(**cfg.sft)
     sft_stats: dict[str, Any] = {}
     if sft_cfg.enabled:
         start = cfg.out_dir / SFT_DIR
-        if not (start / "config.json").exists():
+        if main and not (start / "config.json").exists():
             tok = AutoTokenizer.from_pretrained(base)
             model = AutoModelForCausalLM.from_pretrained(base)
             env = make_env(tool, prompts, agent_cfg.max_searches, agent_cfg.abstract_chars)
@@ -89,15 +105,16 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
                 tok.save_pretrained(tmp)
                 (tmp / "sft_stats.json").write_text(json.dumps(sft_stats, indent=2) + "\n")
             log.info("SFT warm start: %s", sft_stats)
-        else:
+        state.wait_for_everyone()
+        if not sft_stats:
             sft_stats = json.loads((start / "sft_stats.json").read_text()) if (start / "sft_stats.json").exists() else {}
 
     tokenizer = AutoTokenizer.from_pretrained(start)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(start)
     bank = make_bank(c)
-    report_to = ["mlflow"] if tracking.enabled() else []
-    with tracking.run("train", params={"train": plain(cfg), "agent": plain(agent_cfg), "reward": plain(c.reward),
+    report_to = ["mlflow"] if main and tracking.enabled() else []
+    with (tracking.run if main else _no_run)("train", params={"train": plain(cfg), "agent": plain(agent_cfg), "reward": plain(c.reward),
                                        "judge": c.judge.spec, "prompt_hash": prompts.hash(), "run_key": key,
                                        "start": str(start)}) as active:
         if active is not None:  # transformers' MLflowCallback logs into the active run
@@ -116,6 +133,6 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
              "resumed_from": str(resume) if resume else None,
              "eval_reward_start": evals[0]["eval_reward"] if evals else None,
              "eval_reward_last": evals[-1]["eval_reward"] if evals else None, "sft": sft_stats}
-    if cfg.metrics_path:
+    if cfg.metrics_path and main:
         write_json_atomic(cfg.metrics_path, {k: v for k, v in stats.items() if k not in ("sft", "resumed_from")})
     return stats

@@ -1,0 +1,140 @@
+"""Prefect flow `biocheck-evaluate`: `biocheck evaluate` with its claims in shards on Dask.
+
+Each system's claims (per dataset) are cut into `orchestrate.shards` contiguous shards (evaluate/shards.py);
+a sub-flow maps one task per shard over the Dask task runner that `orchestrate:` names (a LocalCluster of
+`orchestrate.dask_workers` processes by default, an existing cluster by address). A shard builds its system
+in the worker from the params and caches its episodes as traces in the evaluation folder; then one task runs
+the ordinary evaluation (pipeline.evaluate_stage) over every claim, which finds every episode cached and
+writes predictions, metrics, plots, gallery and MLflow runs as a serial run does: the same results, each
+episode run once. Workers of an existing cluster must run in the project folder (same paths).
+
+The entrypoint of the on-demand `evaluate` deployment (parameters: systems, datasets, model alias, limit,
+out); standalone: `python flows/evaluate.py [params.yaml] [--systems a,b] [--datasets d] [--model ALIAS]
+[--limit N] [--out DIR]` (a failure prints one line and exits 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from prefect import flow, task, unmapped
+from prefect.cache_policies import NO_CACHE
+
+from biocheck.evaluate.shards import Shard, plan
+from biocheck.io import InputError
+from biocheck.orchestration import entry
+from biocheck.orchestration.dask import task_runner
+from biocheck.pipeline import (
+    MODEL_ALIASES,
+    evaluate_setup,
+    evaluate_shard,
+    evaluate_stage,
+    orchestrate_config,
+    params_of,
+)
+
+
+# The harness keeps its own cache (traces), so Prefect's input cache is off for every task.
+@task(name="evaluate-plan", cache_policy=NO_CACHE)
+def plan_task(params: str, out: str | None, model: str | None, overrides: dict) -> dict:
+    """Check everything (systems, datasets, model, claims) before any work; the shards and the metrics path."""
+    setup = evaluate_setup(params, out=out, model=model, **overrides)
+    shards = plan(list(setup.systems), setup.claims, orchestrate_config(params_of(params)).shards)
+    return {"shards": shards, "metrics": setup.cfg.metrics_path.as_posix(),
+            "claims": {d: len(c) for d, c in setup.claims.items()}}
+
+
+@task(name="evaluate-shard", cache_policy=NO_CACHE)
+@entry.quiet_failures  # e.g. a model that cannot load: one line, and the flow re-raises that error
+def shard_task(params: str, shard: Shard, out: str | None, model: str | None, overrides: dict, root: str) -> dict:
+    # Runs on a Dask worker: params, models and the evaluation folder are paths relative to the project.
+    if Path.cwd().resolve() != Path(root).resolve():
+        raise InputError(f"{shard.name}: the Dask worker runs in {Path.cwd()}, the project is {root}; start "
+                         "the workers in the project folder (the same paths on a shared file system).")
+    return {"shard": shard.name, **evaluate_shard(params, shard, out=out, model=model, **overrides)}
+
+
+@task(name="evaluate-collect", cache_policy=NO_CACHE)
+def collect_task(params: str, out: str | None, model: str | None, overrides: dict) -> dict:
+    return evaluate_stage(params, progress=False, out=out, model=model, **overrides)
+
+
+@flow(name="biocheck-evaluate-shards")
+def shards_flow(params: str, shards: list[Shard], out: str | None, model: str | None, overrides: dict,
+                root: str) -> list[dict]:
+    """One task per shard, on the task runner the caller gives (`with_options`)."""
+    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+        return shard_task.map(unmapped(params), shards, unmapped(out), unmapped(model), unmapped(overrides),
+                              unmapped(root)).result()
+
+
+@flow(name="biocheck-evaluate", log_prints=True)
+def evaluate_flow(params: str = "params.yaml", systems: list[str] | None = None, datasets: list[str] | None = None,
+                  model: str | None = None, limit: int | None = None, out: str | None = None) -> dict:
+    """Evaluate `systems` on `datasets` (default: evaluate.systems / evaluate.datasets), the eg_grpo system
+    with `model` (champion, challenger, base, a model folder or a spec; default champion), the first `limit`
+    claims of each, every output under `out` (default: the DVC paths). Returns the metrics path and each
+    system's accuracy and macro-F1 per dataset."""
+    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+        overrides = {k: v for k, v in (("systems", systems), ("datasets", datasets), ("limit", limit)) if v is not None}
+        t0 = time.perf_counter()
+        planned = plan_task(params, out, model, overrides)
+        t1 = time.perf_counter()
+        # The runner comes from params, so it is set at call time (a deployment runs this flow as it is).
+        runner = task_runner(orchestrate_config(params_of(params)))
+        done = shards_flow.with_options(task_runner=runner)(params, planned["shards"], out, model, overrides,
+                                                            str(Path.cwd()))
+        failed = sum(r["errors"] for r in done)
+        if failed:
+            print(f"{failed} episode(s) failed in their shard; the full pass tries them once more")
+        t2 = time.perf_counter()
+        result = collect_task(params, out, model, overrides)
+        t3 = time.perf_counter()
+        return {"metrics": planned["metrics"], "claims": planned["claims"], "shards": len(planned["shards"]),
+                "scores": {s: {d: {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"]} for d, m in by_d.items()}
+                           for s, by_d in result["metrics"].items()},
+                "skipped": result["skipped"],
+                "seconds": {"plan": round(t1 - t0, 3), "shards": round(t2 - t1, 3), "collect": round(t3 - t2, 3),
+                            "in_shards": round(sum(r["seconds"] for r in done), 3)}}  # summed over the shard tasks
+
+
+class _Args(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 1, as every other failure
+        raise InputError(f"{message} (see --help)")
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def main(argv: list[str]) -> int:
+    ap = _Args(prog="flows/evaluate.py", description="Evaluate in shards on Dask (the `evaluate` deployment).")
+    ap.add_argument("params", nargs="?", default="params.yaml")
+    ap.add_argument("--systems", type=_names, help="comma-separated systems [default: evaluate.systems]")
+    ap.add_argument("--datasets", type=_names, help="comma-separated datasets [default: evaluate.datasets]")
+    ap.add_argument("--model", help=f"the eg_grpo system's model: {', '.join(MODEL_ALIASES)} (default champion), "
+                                    "a model folder or a spec KIND:REF")
+    ap.add_argument("--limit", type=int, help="the first N claims of each dataset")
+    ap.add_argument("--out", help="every output under this folder [default: the DVC paths]")
+
+    def body() -> None:
+        args = ap.parse_args(argv[1:])
+        kwargs = {k: v for k, v in vars(args).items() if v is not None and k != "params"}
+        overrides = {k: kwargs[k] for k in ("systems", "datasets", "limit") if k in kwargs}
+        evaluate_setup(args.params, out=args.out, model=args.model, **overrides)  # one line before Prefect starts
+        result = evaluate_flow(args.params, **kwargs)
+        for system, by_dataset in result["scores"].items():
+            for dataset, m in by_dataset.items():
+                print(f"{system}/{dataset}: accuracy {m['accuracy']:.3f}, macro-F1 {m['macro_f1']:.3f}",
+                      file=sys.stderr)
+        print(f"metrics: {result['metrics']}", file=sys.stderr)
+
+    return entry.run(body, interrupted="interrupted; the episodes run so far are cached, and a rerun resumes "
+                                       "from them")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,84 @@
+"""Prefect flow `biocheck-pipeline`: the whole DVC pipeline, stage by stage, with the DVC remote around it.
+
+dvc pull (orchestrate.dvc_remote) -> data (fetch, prepare, validate) -> evidence -> train (model, train and
+select for each reward variant) -> evaluate (metric table artifact) -> dvc push, only after success.
+Each step is a sub-flow or task of flows/tasks.py running its DVC stage, so DVC skips what is up to date.
+Training runs in-process, or, with orchestrate.train_deployment set, as that Prefect deployment (the `gpu`
+work pool), waited for. `python flows/pipeline.py [params.yaml]` runs it without a Prefect server
+(a temporary local one), or on the server PREFECT_API_URL names.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ != "flows":  # run as a script: make the `flows` package (the repo root) importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from prefect import flow  # noqa: E402
+from prefect.deployments import run_deployment  # noqa: E402
+from prefect.exceptions import ObjectNotFound  # noqa: E402
+
+from biocheck.io import InputError  # noqa: E402
+from biocheck.orchestration import dvc, entry  # noqa: E402
+from biocheck.pipeline import orchestrate_config, params_of  # noqa: E402
+from biocheck.rewards.components import VARIANTS  # noqa: E402
+from flows.data import data_flow  # noqa: E402
+from flows.evidence import evidence_flow  # noqa: E402
+from flows.tasks import evaluate_task, main, pull_task, push_task  # noqa: E402
+from flows.train import train_flow  # noqa: E402
+
+
+@flow(name="biocheck-pipeline", log_prints=True)
+def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = True, push: bool = True) -> dict:
+    """Run every stage that is not up to date, in dvc.yaml's order; pull outputs from the DVC remote first
+    and push them after success (`pull`/`push`, when orchestrate.dvc_remote is set)."""
+    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+        path = dvc.params_file(root, params)
+        root, params = str(path.parent), str(path)
+        cfg = orchestrate_config(params_of(path))
+        remote = cfg.dvc_remote
+        if remote and (pull or push):
+            dvc.check_remote(root, remote)  # a missing remote fails now, not after hours of training
+        out: dict = {}
+        if remote and pull:
+            out["pull"] = pull_task(root, remote)
+        out["data"] = data_flow(params=params, root=root)
+        out["evidence"] = evidence_flow(params=params, root=root)
+        out["train"] = train_step(params, root, cfg.train_deployment)
+        out["evaluate"] = evaluate_task(root)
+        if remote and push:
+            push_task(root, remote)
+            out["push"] = remote
+        return out
+
+
+def train_step(params: str, root: str, deployment: str | None) -> dict:
+    """The training flow in-process, or as `deployment` (FLOW/DEPLOYMENT) on its work pool, waited for.
+
+    The deployment's worker must share this project directory: DVC records what it ran in dvc.lock here.
+    """
+    if deployment is None:
+        return train_flow(params=params, root=root)
+    try:
+        run = run_deployment(name=deployment, parameters={"params": params, "root": root}, timeout=None)
+    except ObjectNotFound:
+        raise InputError(f"orchestrate.train_deployment: no Prefect deployment {deployment!r}: create it "
+                         "(`prefect deploy` with prefect.yaml) or set orchestrate.train_deployment: null to "
+                         "train in-process") from None
+    state = run.state
+    if state is None or not state.is_completed():
+        raise InputError(f"training deployment {deployment} ended "
+                         f"{state.name if state else 'without a state'} (flow run {run.id}): "
+                         f"{(state.message if state else '') or 'see that run'}; rerun the pipeline to resume")
+    stale = dvc.status(root, [f"{stage}@{v}" for stage in ("train", "select") for v in VARIANTS])
+    if stale:
+        raise InputError(f"training deployment {deployment} completed, but {', '.join(sorted(stale))} are not up "
+                         f"to date in {root}: its worker must run in this project directory (a shared file "
+                         "system), or set orchestrate.train_deployment: null to train here")
+    return {"deployment": deployment, "flow_run": str(run.id), "state": state.name}
+
+
+if __name__ == "__main__":
+    main(pipeline_flow)

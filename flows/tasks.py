@@ -1,0 +1,154 @@
+"""The pipeline's Prefect tasks: one per DVC stage, each running `dvc repro --single-item STAGE`.
+
+DVC decides whether a stage is up to date, caches its outputs and records the run in dvc.lock; Prefect
+adds retries (network stages), timeouts, logs and UI artifacts. The area flows (data.py, evidence.py,
+train.py) and the pipeline flow (pipeline.py) call these tasks, never a second copy of a stage.
+
+Timeouts (TIMEOUT_S) are upper bounds for the paper profile on one GPU host, far above the quickstart's
+minutes; a stage that reaches one is stopped (DVC and its command), fails the run, and its rerun resumes
+from its `persist` outputs (training checkpoints, cached evaluation episodes).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from biocheck.io import InputError
+from biocheck.orchestration import dvc, entry
+from biocheck.orchestration.artifacts import metric_rows, validation_markdown, validation_summary
+from biocheck.pipeline import evaluate_config, params_of, validate_config
+
+HOUR = 3600
+TIMEOUT_S = {
+    "fetch": HOUR,  # two release downloads (retried below)
+    "prepare": HOUR,
+    "validate": HOUR,
+    "evidence": 12 * HOUR,  # the paper profile may index PubMed baseline files
+    "model": 2 * HOUR,  # may download a multi-GB base model
+    "train": 72 * HOUR,  # one GRPO run; a rerun resumes from its last checkpoint
+    "select": HOUR,
+    "evaluate": 24 * HOUR,  # seven systems on the full test sets
+    "dvc": 4 * HOUR,  # pull / push of every output
+}
+RETRY_DELAYS_S = [10, 60]  # network stages: a hiccup, then a longer outage
+VALIDATION_KEY = "validation"  # Prefect artifact keys (lowercase letters, digits, dashes)
+METRICS_KEY = "eval-metrics"
+
+
+class DataValidationError(InputError):
+    """The prepared data failed validation; the message is the validation summary."""
+
+
+def run_stage(stage: str, root: str) -> dict[str, Any]:
+    return asdict(dvc.repro(stage, root, logger=entry.run_logger()))
+
+
+def _params(root: str) -> tuple[Path, dict[str, Any]]:
+    path = dvc.params_file(root)
+    return path.parent, params_of(path)
+
+
+@task(name="fetch", retries=len(RETRY_DELAYS_S), retry_delay_seconds=RETRY_DELAYS_S, timeout_seconds=TIMEOUT_S["fetch"])
+def fetch_task(root: str = ".") -> dict[str, Any]:
+    return run_stage("fetch", root)
+
+
+@task(name="prepare", timeout_seconds=TIMEOUT_S["prepare"])
+def prepare_task(root: str = ".") -> dict[str, Any]:
+    return run_stage("prepare", root)
+
+
+@task(name="validate", timeout_seconds=TIMEOUT_S["validate"])
+def validate_task(root: str = ".") -> dict[str, Any]:
+    """Run the validate stage. On failure its report becomes the error message and a markdown artifact."""
+    project, params = _params(root)
+    report_path = project / validate_config(params).report_path
+    started = time.time()
+    try:
+        result = run_stage("validate", root)
+    except dvc.DvcError:
+        report = _report_since(report_path, started)
+        if report is None or report["success"]:
+            raise  # the stage failed before validating anything: DVC's message says why
+        create_markdown_artifact(markdown=validation_markdown(report, str(report_path)), key=VALIDATION_KEY,
+                                 description="Data validation failed")
+        raise DataValidationError(validation_summary(report)) from None
+    report = json.loads(report_path.read_text())
+    create_markdown_artifact(markdown=validation_markdown(report, str(report_path)), key=VALIDATION_KEY,
+                             description="Data validation")
+    return {**result, "checks": len(report["checks"]), "failed": 0}
+
+
+def _report_since(path: Path, started: float) -> dict[str, Any] | None:
+    """The validation report if this run wrote it (not one left by an earlier run), else None."""
+    try:
+        if path.stat().st_mtime < started - 1:  # 1 s: coarse file-system clocks
+            return None
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@task(name="evidence", timeout_seconds=TIMEOUT_S["evidence"])
+def evidence_task(root: str = ".") -> dict[str, Any]:
+    return run_stage("evidence", root)
+
+
+@task(name="model", timeout_seconds=TIMEOUT_S["model"])
+def model_task(root: str = ".") -> dict[str, Any]:
+    return run_stage("model", root)
+
+
+# `gpu`: a work pool, or a tag concurrency limit (`prefect concurrency-limit create gpu 1`), routes it.
+@task(name="train", tags=["gpu"], task_run_name="train@{variant}", timeout_seconds=TIMEOUT_S["train"])
+def train_task(root: str = ".", variant: str = "eg_grpo") -> dict[str, Any]:
+    return run_stage(f"train@{variant}", root)
+
+
+@task(name="select", task_run_name="select@{variant}", timeout_seconds=TIMEOUT_S["select"])
+def select_task(root: str = ".", variant: str = "eg_grpo") -> dict[str, Any]:
+    return run_stage(f"select@{variant}", root)
+
+
+@task(name="evaluate", timeout_seconds=TIMEOUT_S["evaluate"])
+def evaluate_task(root: str = ".") -> dict[str, Any]:
+    """Run the evaluate stage, then publish the metric table (system x dataset) as a table artifact."""
+    project, params = _params(root)
+    result = run_stage("evaluate", root)
+    rows = metric_rows(json.loads((project / evaluate_config(params).metrics_path).read_text()))
+    create_table_artifact(table=rows, key=METRICS_KEY,
+                          description="Accuracy, macro-F1, EQS and EHR with 95% bootstrap intervals")
+    return {**result, "rows": len(rows)}
+
+
+@task(name="dvc-pull", retries=len(RETRY_DELAYS_S), retry_delay_seconds=RETRY_DELAYS_S, timeout_seconds=TIMEOUT_S["dvc"])
+def pull_task(root: str, remote: str) -> bool:
+    return dvc.pull(root, remote, logger=entry.run_logger())
+
+
+@task(name="dvc-push", retries=len(RETRY_DELAYS_S), retry_delay_seconds=RETRY_DELAYS_S, timeout_seconds=TIMEOUT_S["dvc"])
+def push_task(root: str, remote: str) -> None:
+    dvc.push(root, remote, logger=entry.run_logger())
+
+
+# --- `python flows/<flow>.py [PARAMS]` -----------------------------------------------------------------
+
+def main(flow_fn, argv: list[str] | None = None) -> None:
+    """Run `flow_fn` on the project holding PARAMS (default ./params.yaml); a failure is one line on stderr
+    and exit 1 (Prefect's own log above it has the details)."""
+    args = sys.argv[1:] if argv is None else argv
+    params = Path(args[0] if args else dvc.PARAMS_FILE)
+
+    def body() -> None:
+        dvc.params_file(params.parent, params.name)  # a wrong project fails before Prefect starts a server
+        flow_fn(params=params.name, root=str(params.parent))
+
+    sys.exit(entry.run(body, interrupted="interrupted; DVC stopped the stage, and a rerun starts it again"))

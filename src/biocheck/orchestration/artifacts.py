@@ -1,0 +1,48 @@
+"""What the pipeline shows in Prefect's UI, as plain data: the validation summary (markdown) and the metric
+table (one row per system and dataset). Built here, without Prefect, so they are tested on their own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from biocheck.data.validate import ValidationResult
+
+TABLE_METRICS = ("accuracy", "macro_f1", "eqs", "ehr")  # each with its 95% bootstrap interval
+DIGITS = 4
+
+
+def validation_summary(report: Mapping[str, Any]) -> str:
+    """The same summary `biocheck data validate` prints, from its JSON report (reports/validation.json)."""
+    return ValidationResult(success=bool(report["success"]), checks=list(report["checks"])).summary()
+
+
+def validation_markdown(report: Mapping[str, Any], path: str = "reports/validation.json") -> str:
+    """A markdown page: verdict, counts, and the summary verbatim (a code block: ids and values are not
+    markdown)."""
+    verdict = "passed" if report["success"] else "FAILED"
+    n_failed = sum(not c["success"] for c in report["checks"])
+    return (f"# Data validation {verdict}\n\n"
+            f"{n_failed} of {len(report['checks'])} checks failed (`{path}` lists every check).\n\n"
+            f"```text\n{validation_summary(report)}\n```\n")
+
+
+def _number(value: Any) -> float | None:
+    return round(float(value), DIGITS) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def metric_rows(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """metrics/eval.json ({system: {dataset: {...}}}) -> one row per system and dataset: n, then accuracy,
+    macro-F1, EQS and EHR, each with `_lo`/`_hi` (its 95% interval); None where a number does not apply
+    (EQS/EHR of a system that writes no report)."""
+    rows = []
+    for system, by_dataset in metrics.items():
+        for dataset, m in by_dataset.items():
+            ci = m.get("ci") or {}
+            row: dict[str, Any] = {"system": system, "dataset": dataset, "n": m.get("n")}
+            for name in TABLE_METRICS:
+                interval = ci.get(name) or {}
+                row[name] = _number(m.get(name))
+                row[f"{name}_lo"], row[f"{name}_hi"] = _number(interval.get("lo")), _number(interval.get("hi"))
+            rows.append(row)
+    return rows

@@ -1,0 +1,38 @@
+"""`orchestrate:` in params.yaml -> OrchestrateConfig (how Prefect runs the pipeline; plain data)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DASK_ADDRESS_ENV = "BIOCHECK_DASK_ADDRESS"  # an existing Dask scheduler; wins over orchestrate.dask_address
+
+
+@dataclass
+class OrchestrateConfig:
+    dask_address: str | None = None  # tcp://host:8786 of an existing Dask cluster; None: a LocalCluster
+    dask_workers: int = 2  # LocalCluster worker processes
+    shards: int = 4  # claim / query shards mapped over the Dask workers
+    dvc_remote: str | None = None  # pulled before and pushed after a scheduled pipeline run; None: neither
+    train_deployment: str | None = None  # e.g. "biocheck-train/train-gpu": training runs there; None: in-process
+    # The command that runs `biocheck train` in dvc.yaml's train stage: `biocheck` in one process, or a
+    # launcher that takes a module, e.g. `accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m biocheck`
+    train_launcher: str = "biocheck"
+
+    def __post_init__(self) -> None:
+        if self.dask_workers < 1:
+            raise ValueError(f"dask_workers: {self.dask_workers} must be >= 1")
+        if self.shards < 1:
+            raise ValueError(f"shards: {self.shards} must be >= 1")
+        if self.train_deployment is not None and "/" not in self.train_deployment:
+            raise ValueError(f"train_deployment: {self.train_deployment!r} is not FLOW/DEPLOYMENT "
+                             "(e.g. biocheck-train/train-gpu)")
+
+        if not self.train_launcher.strip().endswith("biocheck"):
+            raise ValueError(f"train_launcher: {self.train_launcher!r} must end with `biocheck` (the command, or "
+                             "`... -m biocheck` after a launcher such as `accelerate launch`)")
+
+    @property
+    def address(self) -> str | None:
+        """The Dask scheduler to use: $BIOCHECK_DASK_ADDRESS, else dask_address, else None (a LocalCluster)."""
+        return os.environ.get(DASK_ADDRESS_ENV) or self.dask_address

@@ -1,0 +1,291 @@
+"""The sharded evaluation (orchestration/dask.py, evaluate/shards.py, pipeline.evaluate_shard,
+flows/evaluate.py): the same results as the serial stage, each episode run once, the model aliases, errors
+before any work."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from flows.evaluate import evaluate_flow, main, shard_task  # Prefect's log handlers bind stderr now, not a test's
+
+from biocheck import pipeline
+from biocheck.agent.llm.base import LLMError
+from biocheck.data.schema import ClaimRecord
+from biocheck.evaluate.shards import Shard, plan
+from biocheck.io import InputError
+from biocheck.orchestration.dask import split
+from tests.fake_openai import FakeOpenAI, assistant
+
+CLAIMS = {"scifact": [(str(i), f"Vitamin D variant {i} lowers fracture risk.", ["SUPPORTED", "REFUTED", "NEI"][i % 3])
+                      for i in range(1, 8)],
+          "healthfc": [("1", "Zinc shortens colds.", "SUPPORTED"), ("7", "Statins cause myalgia.", "REFUTED")]}
+SYSTEMS = ["base", "no_retrieval"]
+LABELS = ["SUPPORTED", "REFUTED", "NOT ENOUGH INFORMATION"]
+
+
+def _claim_of(body: dict) -> str:
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    return next(c for rows in CLAIMS.values() for _, c, _ in rows if c in user)
+
+
+def _reply(body, _headers):
+    """The agent searches once, then reports; no_retrieval (no tools) answers at once. The verdict depends on
+    the claim (a hash), so the predictions differ from claim to claim."""
+    claim = _claim_of(body)
+    if body.get("tools") and not any(m["role"] == "assistant" for m in body["messages"]):
+        return 200, assistant({"content": None, "tool_calls": [{"id": "c0", "type": "function", "function": {
+            "name": "search_pubmed", "arguments": json.dumps({"query": "vitamin D AND fracture*"})}}]})
+    label = LABELS[int(hashlib.sha256(claim.encode()).hexdigest(), 16) % 3]
+    report = ("## Supporting evidence\nNone\n## Refuting evidence\nNone\n## Summary\nJustification: x\n"
+              f"## Conclusion\n{label}\n")
+    return 200, assistant({"content": report})
+
+
+def episodes_started(server: FakeOpenAI, since: int = 0) -> Counter:
+    """(system kind, claim) of every request that opened an episode (no assistant turn yet)."""
+    return Counter(("agent" if r["body"].get("tools") else "no_retrieval", _claim_of(r["body"]))
+                   for r in server.requests[since:]
+                   if not any(m["role"] == "assistant" for m in r["body"]["messages"]))
+
+
+@pytest.fixture
+def server(monkeypatch):
+    fake = FakeOpenAI(_reply, keep_alive=True)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-no-secret")
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def project(evidence_workdir: Path) -> Path:
+    """Prepared test splits, every system on `openai:fake` (the fake server), no judge, 3 shards, 2 workers."""
+    for dataset, rows in CLAIMS.items():
+        folder = evidence_workdir / "data" / "prepared" / dataset
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "test.jsonl").write_text("".join(
+            ClaimRecord(id=i, dataset=dataset, split="test", claim=c, label=g).model_dump_json() + "\n"
+            for i, c, g in rows))
+    params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
+    params["agent"]["llm"] = "openai:fake"
+    params["reward"]["judge"] = None
+    params["evaluate"].update(systems=SYSTEMS, datasets=list(CLAIMS), bootstrap=50, limit=None)
+    params["orchestrate"].update(shards=3, dask_workers=2, dask_address=None)
+    (evidence_workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    return evidence_workdir
+
+
+def without_timing(x):
+    """A prediction or metrics JSON without its wall-clock keys (seconds, seconds_total, seconds_mean): the
+    only values that differ between two runs of the same episodes."""
+    if isinstance(x, dict):
+        return {k: without_timing(v) for k, v in x.items() if not k.startswith("seconds")}
+    return [without_timing(v) for v in x] if isinstance(x, list) else x
+
+
+def predictions(out: Path) -> dict:
+    """Every predictions file under `out` (path -> its lines), without timing."""
+    return {p.relative_to(out).as_posix(): [without_timing(json.loads(line)) for line in p.read_text().splitlines()]
+            for p in sorted((out / "predictions").rglob("*.jsonl"))}
+
+
+def metrics(out: Path, name: str = "eval.json") -> dict:
+    return without_timing(json.loads((out / name).read_text()))
+
+
+# --- shards -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_items, n", [(7, 3), (7, 1), (2, 3), (10, 4), (1, 8), (6, 6)])
+def test_split_covers_every_item_once_in_order_in_balanced_runs(n_items, n):
+    items = [f"c{i}" for i in range(n_items)]
+    runs = split(items, n)
+    assert [x for run in runs for x in run] == items  # every claim once, claim order kept
+    assert len(runs) == min(n, n_items) and all(runs)  # more shards than claims: one claim each, none empty
+    sizes = [len(r) for r in runs]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    assert split(items, n) == runs  # deterministic
+
+
+def test_split_rejects_zero_shards_and_keeps_an_empty_list_empty():
+    with pytest.raises(ValueError, match="shards: 0 must be >= 1"):
+        split([1, 2], 0)
+    assert split([], 3) == []
+
+
+def test_plan_shards_each_system_and_dataset():
+    claims = {d: [ClaimRecord(id=i, dataset=d, split="test", claim=c, label=g) for i, c, g in rows]
+              for d, rows in CLAIMS.items()}
+    shards = plan(SYSTEMS, claims, 3)
+    expected = [(system, dataset, ids) for system in SYSTEMS for dataset, ids in (
+        ("scifact", ("1", "2", "3")), ("scifact", ("4", "5")), ("scifact", ("6", "7")),
+        ("healthfc", ("1",)), ("healthfc", ("7",)))]
+    assert [(s.system, s.dataset, s.claim_ids) for s in shards] == expected
+    assert shards[3].name == "base/healthfc#1of2"
+
+
+# --- the shard path and the full pass (no Prefect, no Dask) -------------------------------------------
+
+def test_shards_write_only_traces_and_the_full_pass_reuses_every_one(project, server):
+    setup = pipeline.evaluate_setup("params.yaml", out="sharded")
+    shards = plan(list(setup.systems), setup.claims, 3)
+    for shard in reversed(shards):  # any order: each shard writes its own claims' traces
+        counts = pipeline.evaluate_shard("params.yaml", shard, out="sharded")
+        assert (counts["claims"], counts["errors"]) == (len(shard.claim_ids), 0) and counts["seconds"] > 0
+    n_claims = sum(len(rows) for rows in CLAIMS.values())
+    assert len(list((project / "sharded" / "traces").rglob("*.json"))) == n_claims * len(SYSTEMS)
+    assert not (project / "sharded" / "predictions").exists() and not (project / "sharded" / "eval.json").exists()
+    assert not (project / "sharded" / "gallery").exists()
+    ran = episodes_started(server)
+    assert len(ran) == n_claims * len(SYSTEMS) and set(ran.values()) == {1}
+
+    # A shard never sweeps temporaries: one may be another shard's trace in the middle of its rename.
+    folder = next((project / "sharded" / "traces" / "base").glob("*/scifact"))
+    (folder / ".tmp-7.json.abc").write_text("{")
+    before = len(server.requests)
+    pipeline.evaluate_shard("params.yaml", shards[0], out="sharded")
+    assert (folder / ".tmp-7.json.abc").exists() and len(server.requests) == before
+
+    pipeline.evaluate_stage("params.yaml", progress=False, out="sharded")
+    assert len(server.requests) == before  # every episode came from a shard's trace
+    assert not (folder / ".tmp-7.json.abc").exists()  # the full pass, alone in the folder, sweeps them
+
+    pipeline.evaluate_stage("params.yaml", progress=False, out="serial")
+    assert predictions(project / "sharded") == predictions(project / "serial")
+    assert metrics(project / "sharded") == metrics(project / "serial")
+    assert len({p["pred"] for rows in predictions(project / "serial").values() for p in rows}) > 1
+
+
+def test_a_shard_of_claims_that_left_the_split_is_one_clear_error(project, server):
+    with pytest.raises(InputError, match=r"base/scifact#1of1: claim\(s\) 99 are no longer in the scifact split"):
+        pipeline.evaluate_shard("params.yaml", Shard("base", "scifact", ("1", "99")), out="x")
+    assert not server.requests
+
+
+# --- the model alias ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def local_models(project) -> dict:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["agent"]["llm"] = "transformers:models/base"
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    for folder in ("models/base", "models/selected", "models/selected_outcome_only", "runs/ckpt-7"):
+        (project / folder).mkdir(parents=True)
+        (project / folder / "config.json").write_text("{}")
+    return pipeline.params_of("params.yaml")
+
+
+@pytest.mark.parametrize("model, spec", [
+    ("champion", "transformers:models/selected"),
+    ("challenger", "transformers:models/selected_outcome_only"),
+    ("base", "transformers:models/base"),
+    ("runs/ckpt-7", "transformers:runs/ckpt-7"),
+    ("openai:gpt-x", "openai:gpt-x"),
+    ("vllm:Qwen/Qwen3-4B", "vllm:Qwen/Qwen3-4B"),
+])
+def test_model_aliases_resolve_to_the_local_checkpoints(local_models, model, spec):
+    assert pipeline.eval_model(local_models, model) == spec
+
+
+def test_a_model_folder_runs_where_the_checkpoints_run(local_models, project):
+    for llm, spec in (("vllm:models/base", "vllm:runs/ckpt-7"), ("openai:models/base", "openai:runs/ckpt-7"),
+                      ("openai:gpt-x", "transformers:runs/ckpt-7")):  # a hosted model: the folder runs in-process
+        local_models["agent"]["llm"] = llm
+        assert pipeline.eval_model(local_models, "runs/ckpt-7") == spec
+    assert pipeline.eval_model(local_models, "champion") == "openai:gpt-x"  # hosted: every system runs agent.llm
+
+
+@pytest.mark.parametrize("model, message", [
+    ("latest", "--model latest: unknown model 'latest'; give an alias (champion, challenger, base)"),
+    ("runs/missing", "--model runs/missing: no model folder (config.json) at 'runs/missing'"),
+])
+def test_an_unknown_model_is_one_clear_error(local_models, model, message):
+    with pytest.raises(InputError) as e:
+        pipeline.eval_model(local_models, model)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_alias_is_the_model_the_eg_grpo_system_runs(local_models, project):
+    import shutil
+
+    shutil.rmtree(project / "models/selected")  # no champion yet: the default fails, naming the command
+    with pytest.raises(InputError, match=r"eg_grpo: no model in models/selected; run `dvc repro select@eg_grpo`"):
+        pipeline.evaluate_setup("params.yaml", systems=["eg_grpo"])
+    assert list(pipeline.evaluate_setup("params.yaml", systems=["eg_grpo"], model="base").systems) == ["eg_grpo"]
+    shutil.rmtree(project / "models/selected_outcome_only")
+    with pytest.raises(InputError, match=r"run `dvc repro train@outcome_only select@outcome_only` first"):
+        pipeline.evaluate_setup("params.yaml", systems=["eg_grpo"], model="challenger")
+
+
+# --- the flow's command line (fails before Prefect starts) --------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["--systems", "base,gpt5"], "--systems base,gpt5: systems: unknown 'gpt5'; choose from base, eg_grpo"),
+    (["--datasets", "pubmed"], "--datasets pubmed: datasets: unknown 'pubmed'; choose from scifact, healthfc"),
+    (["--model", "latest"], "--model latest: unknown model 'latest'"),
+    (["--limit", "0"], "--limit 0: limit: 0 must be >= 1"),
+    (["--limit", "many"], "argument --limit: invalid int value: 'many'"),
+])
+def test_bad_arguments_are_one_line_and_exit_1(project, server, capsys, args, message):
+    assert main(["flows/evaluate.py", "params.yaml", *args]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not server.requests and not (project / "eval").exists()
+
+
+def test_a_worker_outside_the_project_is_a_clear_error(project):
+    state = shard_task.fn("params.yaml", Shard("base", "scifact", ("1",)), None, None, {}, "/elsewhere")
+    assert state.is_failed() and "start the workers in the project folder" in state.message
+    assert isinstance(state.data, InputError) and not (project / "eval").exists()
+
+
+# --- the flow on a 2-worker LocalCluster ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.mark.slow
+def test_the_flow_on_two_dask_workers_equals_the_serial_stage(prefect_harness, project, server):
+    result = evaluate_flow("params.yaml", out="flow")
+    n_claims = sum(len(rows) for rows in CLAIMS.values())
+    ran = episodes_started(server)
+    assert len(ran) == n_claims * len(SYSTEMS) and set(ran.values()) == {1}  # each episode once, in a shard
+    assert result["shards"] == 2 * (3 + 2) and result["metrics"] == "flow/eval.json"
+    assert result["claims"] == {"scifact": 7, "healthfc": 2}
+
+    since = len(server.requests)
+    pipeline.evaluate_stage("params.yaml", progress=False, out="serial")
+    assert len(episodes_started(server, since)) == n_claims * len(SYSTEMS)
+    assert predictions(project / "flow") == predictions(project / "serial")
+    assert metrics(project / "flow") == metrics(project / "serial")
+    serial = json.loads((project / "serial" / "eval.json").read_text())
+    assert result["scores"] == {s: {d: {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"]}
+                                    for d, m in by_d.items()} for s, by_d in serial.items()}
+    assert (project / "flow" / "gallery" / "index.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_flow_checks_systems_and_model_before_any_work(prefect_harness, project, server):
+    with pytest.raises(InputError, match="--systems gpt5: systems: unknown 'gpt5'"):
+        evaluate_flow("params.yaml", systems=["gpt5"], out="bad")
+    with pytest.raises(InputError, match="--model latest: unknown model"):
+        evaluate_flow("params.yaml", model="latest", out="bad")
+    assert not server.requests and not (project / "bad").exists()
+
+
+@pytest.mark.slow
+def test_a_model_that_fails_to_load_on_the_workers_fails_the_flow_with_its_own_error(prefect_harness, project,
+                                                                                      server):
+    with pytest.raises(LLMError, match="/nonexistent/model: no such model directory"):
+        evaluate_flow("params.yaml", systems=["eg_grpo"], model="transformers:/nonexistent/model", out="bad")
+    assert not server.requests and not (project / "bad" / "eval.json").exists()
+    assert not (project / "bad" / "predictions").exists()
