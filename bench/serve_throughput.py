@@ -10,8 +10,8 @@ what a CPU user gets; tokens/s counts prompt + completion tokens as the server r
     .venv/bin/pip install 'transformers[serving]'
     .venv/bin/python bench/serve_throughput.py --model PATH [--claims 8] [--workers 1 8] [--max-new-tokens 64]
 
---model defaults to the tests' tiny Qwen3 (a template with tools, so the agent searches; its text is
-random). SmolLM2-135M-Instruct (docs/benchmarks.md says how it was converted) writes real text but its own
+--model defaults to the tests' tiny Qwen3 (its template has tools, but its random text never calls one).
+SmolLM2-135M-Instruct (docs/benchmarks.md says how it was converted) writes real text but its own
 chat template has no tools, so the agent answers in one turn without searching. The server returns no
 logprobs, so the evidence judge (EQS) is not part of this path: it stays in-process.
 """
