@@ -170,3 +170,17 @@ def build_tiny_model(folder: Path) -> Path:
                               + "\n" for c in CORPUS * 20))
     build(TinyModelConfig(out_dir=folder / "base", corpus=corpus, vocab_size=600, max_docs=100, prompt_repeats=5))
     return folder / "base"
+
+
+def write_test_splits(root, claims: dict) -> None:
+    """data/prepared/<dataset>/test.jsonl under `root`, from {dataset: [(id, claim, label), ...]}."""
+    from pathlib import Path
+
+    from biocheck.data.schema import ClaimRecord
+
+    for dataset, rows in claims.items():
+        folder = Path(root) / "data" / "prepared" / dataset
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "test.jsonl").write_text("".join(
+            ClaimRecord(id=i, dataset=dataset, split="test", claim=c, label=g).model_dump_json() + "\n"
+            for i, c, g in rows))

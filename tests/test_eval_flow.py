@@ -19,6 +19,7 @@ from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.shards import Shard, plan
 from biocheck.io import InputError
 from biocheck.orchestration.dask import split
+from tests.builders import write_test_splits
 from tests.fake_openai import FakeOpenAI, assistant
 
 CLAIMS = {"scifact": [(str(i), f"Vitamin D variant {i} lowers fracture risk.", ["SUPPORTED", "REFUTED", "NEI"][i % 3])
@@ -65,12 +66,7 @@ def server(monkeypatch):
 @pytest.fixture
 def project(evidence_workdir: Path) -> Path:
     """Prepared test splits, every system on `openai:fake` (the fake server), no judge, 3 shards, 2 workers."""
-    for dataset, rows in CLAIMS.items():
-        folder = evidence_workdir / "data" / "prepared" / dataset
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "test.jsonl").write_text("".join(
-            ClaimRecord(id=i, dataset=dataset, split="test", claim=c, label=g).model_dump_json() + "\n"
-            for i, c, g in rows))
+    write_test_splits(evidence_workdir, CLAIMS)
     params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
     params["agent"]["llm"] = "openai:fake"
     params["reward"]["judge"] = None

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from biocheck import pipeline
 from biocheck.cli import app
-from biocheck.data.schema import ClaimRecord
+from tests.builders import write_test_splits
 
 runner = CliRunner()
 CLAIMS = {"scifact": [("1", "Vitamin D prevents fractures.", "SUPPORTED"), ("2", "Aspirin causes bleeding.", "REFUTED"),
@@ -23,12 +23,7 @@ REPORT = "## Supporting evidence\nNone\n## Refuting evidence\nNone\n## Summary\n
 @pytest.fixture
 def project(evidence_workdir: Path) -> Path:
     """A project folder: prepared test splits, a scripted model for every system, no judge."""
-    for dataset, rows in CLAIMS.items():
-        folder = evidence_workdir / "data" / "prepared" / dataset
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "test.jsonl").write_text("".join(
-            ClaimRecord(id=i, dataset=dataset, split="test", claim=c, label=g).model_dump_json() + "\n"
-            for i, c, g in rows))
+    write_test_splits(evidence_workdir, CLAIMS)
     (evidence_workdir / "script.json").write_text(json.dumps([{"content": REPORT}]))
     params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
     params["agent"]["llm"] = "scripted:script.json"

@@ -28,6 +28,7 @@ from biocheck.pubmed.refresh import (
 )
 from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.pubmed.store import EvidenceStore
+from tests import test_cli_errors as cli_errors
 from tests.conftest import REPO
 from tests.fake_eutils import FakeArticle, FakeEutils, max_in_window
 
@@ -228,12 +229,7 @@ def workdir(tmp_path: Path, monkeypatch, **search) -> Path:
 
 def one_error_line(r, *needles: str) -> str:
     assert r.exit_code == 1, r.output
-    assert isinstance(r.exception, SystemExit), repr(r.exception)  # anything else would be a traceback
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+    return cli_errors.one_error_line(r, *needles)
 
 
 def test_cli_refreshes_writes_the_report_and_logs_to_mlflow(server, tmp_path, monkeypatch):
