@@ -397,7 +397,8 @@ def check(
     err.print(f"model: {model}, from {source}", markup=False, highlight=False, soft_wrap=True)
     meta = {"model": model, "llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint,
             "prompt_hash": agent.prompts_hash, "search": search_cfg.backend}
-    with _maybe_mlflow(mlflow_log, "check", {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta}):
+    with _maybe_mlflow(mlflow_log, p, {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta},
+                       {"model_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash}):
         if todo is not None:
             summary = _run(run_batch, agent, todo, out, workers=agent_cfg.workers, progress=sys.stderr.isatty(),
                            search=plain(search_cfg))
@@ -439,12 +440,23 @@ def _render(episode, fmt: str, meta: dict) -> str:
     return text if text.strip() else format_report(episode.report)
 
 
-def _maybe_mlflow(enabled: bool, stage: str, params: dict):
+def _maybe_mlflow(enabled: bool, p: dict, params: dict, tags: dict):
+    """`check --mlflow`: a run `check` in the eval experiment (params.yaml tracking:)."""
     import contextlib
 
+    if not enabled:
+        return contextlib.nullcontext()
     from biocheck import tracking
+    from biocheck.pipeline import tracked
 
-    return tracking.run(stage, params=params) if enabled else contextlib.nullcontext()
+    track = _run(tracked, p)
+
+    @contextlib.contextmanager
+    def check_run():
+        with track, tracking.run("check", params=params, tags=tags) as active:
+            yield active
+
+    return check_run()
 
 
 def _log_metrics(enabled: bool, metrics: dict, artifacts: Path | None = None) -> None:
@@ -615,6 +627,47 @@ def evaluate(
         err.print(f"warning: {step} skipped: {why}", markup=False, highlight=False)
     if result.get("gallery"):
         err.print(f"gallery: {result['gallery']}", markup=False, highlight=False)
+
+
+# --- reports -------------------------------------------------------------------------------------
+
+report_app = typer.Typer(help="Reports about the pipeline's results (the pull-request evaluation comment).",
+                         no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("pr")
+def report_pr(
+    base: Annotated[str, typer.Option("--base", help="Git ref to compare against, e.g. main or origin/main.")],
+    status: Annotated[Path | None, typer.Option(
+        "--status", help="What `dvc status --json` printed before the run (which stages reran and why).")] = None,
+    artifact_url: Annotated[str | None, typer.Option(
+        "--artifact-url", help="Link to the uploaded evaluation gallery.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the Markdown here (atomically) [default: stdout].")] = None,
+) -> None:
+    """Write the pull-request evaluation comment (Markdown) comparing the working tree with --base.
+
+    Holds: a hidden marker line (the workflow updates the comment carrying it), one row per system and
+    dataset with accuracy, macro-F1, EQS and EHR and their signed change against metrics/eval.json at
+    --base (`git show`), the paired tests of metrics/eval_paired.json, the stages --status says were out
+    of date, the link --artifact-url, and `dvc metrics diff BASE --md` in a collapsed block. Run it after
+    `dvc repro evaluate`. When the base ref does not exist or either side has no metrics, the comment is
+    still written and says what is missing; the command then prints one error line and exits 1.
+    """
+    from biocheck.io import write_text_atomic
+    from biocheck.orchestration.pr_comment import PrCommentConfig, build
+
+    comment = build(PrCommentConfig(base=base, status_path=status, artifact_url=artifact_url))
+    if out is None:
+        typer.echo(comment.markdown, nl=False)
+    else:
+        try:
+            write_text_atomic(out, comment.markdown)
+        except OSError as e:
+            _fail(f"--out {out}: cannot write the comment ({e.strerror or e}).")
+    if comment.problems:
+        where = f"{out} says so" if out is not None else "the comment says so"
+        _fail(f"{'; '.join(comment.problems)} ({where}).")
 
 
 # --- profiles ------------------------------------------------------------------------------------

@@ -1,0 +1,331 @@
+"""The pull-request evaluation comment (`biocheck report pr`): Markdown for one PR comment, updated in place.
+
+It compares the evaluation in the working tree (what `dvc repro evaluate` just wrote) with the one committed
+at the base ref (`git show REF:metrics/eval.json`): one row per system and dataset with each headline metric
+and its signed change, the paired tests of this run, the raw `dvc metrics diff REF --md`, which stages were
+out of date before the run (the JSON of `dvc status --json`) and a link to the uploaded gallery.
+
+Nothing here fails on missing input: a base ref that does not exist, or metrics missing on one side, become a
+line in the comment saying what is missing (and `problems`, which the CLI prints), so the workflow still
+posts a comment that explains itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from biocheck.evaluate.config import EvaluateConfig
+from biocheck.evaluate.gallery_svg import interval, number
+from biocheck.orchestration.dvc import (  # DVC of this environment, run as the flows run it (same package)
+    _command,
+    _env,
+    _reason,
+)
+from biocheck.secrets import redact
+
+MARKER = "<!-- biocheck-pr-eval -->"  # the comment's first line: the workflow finds the comment to update by it
+DIGITS = 3
+# The metric table's columns: (key in eval.json, header, digits shown).
+HEADLINE = (("n", "n", 0), ("accuracy", "accuracy", DIGITS), ("macro_f1", "macro-F1", DIGITS), ("eqs", "EQS", DIGITS),
+            ("ehr", "EHR", DIGITS))
+MAX_CHARS = 65_000  # GitHub refuses a comment body over 65,536 characters: the dvc table is cut to fit
+STATUS_PATHS = 6  # paths listed per stage and kind of change; the rest are counted
+_EVAL = EvaluateConfig()  # where the evaluate stage writes its metrics (one source for the paths)
+MINUS = "−"  # U+2212: a typographic minus in the deltas
+
+
+@dataclass
+class PrCommentConfig:
+    base: str  # the git ref to compare against, e.g. origin/main
+    status_path: Path | None = None  # `dvc status --json` captured before the run; None: not provided
+    artifact_url: str | None = None  # the uploaded gallery
+    root: Path = Path(".")  # the repository (git and DVC run here)
+    metrics_path: Path = _EVAL.metrics_path
+    paired_path: Path = _EVAL.paired_path
+    dvc_timeout_s: float = 300.0
+
+
+@dataclass
+class PrComment:
+    markdown: str
+    problems: list[str] = field(default_factory=list)  # what is missing; empty: the comment is complete
+
+
+def build(cfg: PrCommentConfig) -> PrComment:
+    """The comment's Markdown and the list of what was missing (each also said in the comment)."""
+    problems: list[str] = []
+    root, metrics_path = Path(cfg.root), Path(cfg.metrics_path)
+    ref_error = _check_ref(root, cfg.base)
+    if ref_error:
+        problems.append(ref_error)
+        base = None
+    else:
+        base, why = _base_json(root, cfg.base, metrics_path)
+        if why:
+            problems.append(why)
+    new, why = _workspace_json(root / metrics_path)
+    if why:
+        problems.append(why)
+    paired, paired_why = _workspace_json(root / cfg.paired_path)
+
+    head = [MARKER, "## BioCheck evaluation", ""]
+    head.append(f"This pull request's evaluation (`{metrics_path.as_posix()}`) against the base `{_md(cfg.base)}`.")
+    if cfg.artifact_url:
+        head.append(f"Gallery (every claim, every system): [download the artifact]({_url(cfg.artifact_url)}).")
+    for i, problem in enumerate(problems):  # one quoted paragraph each ('>' alone keeps them apart)
+        head += [">" if i else "", f"> **Missing:** {_html(problem)}"]
+    body = [*head, "", "### Metrics per system and dataset", "", *_metric_table(new, base), "",
+            "### Paired tests (this run)", "", *_paired_table(paired, paired_why), "",
+            "### Stages that were out of date before the run", "", *_status(cfg.status_path), ""]
+    diff = _dvc_diff(cfg, skip=ref_error)
+    text = "\n".join(body) + "\n" + _details(diff, MAX_CHARS - len("\n".join(body)) - 200)
+    return PrComment(markdown=redact(text), problems=[redact(p) for p in problems])
+
+
+# --- inputs -----------------------------------------------------------------------------------------
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+
+
+def _check_ref(root: Path, ref: str) -> str | None:
+    """Why `ref` cannot be the base (None: it names a commit)."""
+    if not ref or ref.startswith("-"):  # an option, not a ref: never hand it to git or dvc
+        return f"base ref {ref!r} is not a git ref: give a branch, tag or commit (e.g. --base origin/main)"
+    try:
+        r = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"cannot run git in {root} ({e}): install git and run from the repository"
+    if r.returncode != 0:
+        return (f"base ref {ref!r} does not exist in {root.resolve()}: fetch it (`git fetch origin`, or "
+                "actions/checkout with fetch-depth: 0) or give another --base")
+    return None
+
+
+def _parse(text: str, where: str) -> tuple[Mapping | None, str | None]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"{where} is not valid JSON ({e.msg}, line {e.lineno}): rerun `dvc repro evaluate`"
+    if not isinstance(data, Mapping):
+        return None, f"{where} is not a JSON object: rerun `dvc repro evaluate`"
+    return data, None
+
+
+def _base_json(root: Path, ref: str, path: Path) -> tuple[Mapping | None, str | None]:
+    try:
+        r = _git(root, "show", f"{ref}:./{path.as_posix()}")
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"cannot read {path.as_posix()} at {ref} ({e})"
+    if r.returncode != 0:
+        return None, (f"no {path.as_posix()} at {ref}: the base branch has no committed evaluation, so there "
+                      "is nothing to compare with (commit the metrics of a `dvc repro evaluate` run there)")
+    return _parse(r.stdout, f"{path.as_posix()} at {ref}")
+
+
+def _workspace_json(path: Path) -> tuple[Mapping | None, str | None]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, f"no {path.as_posix()} in the working tree: run `dvc repro evaluate` first"
+    except OSError as e:
+        return None, f"cannot read {path.as_posix()} ({e.strerror or e})"
+    return _parse(text, f"{path.as_posix()} in the working tree")
+
+
+# --- the metric table ---------------------------------------------------------------------------------
+
+def _html(text: object) -> str:
+    """Our own sentences (which quote a ref or a path): no HTML gets through, Markdown code spans do."""
+    return str(text).replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def _md(text: object) -> str:
+    """Text safe inside a Markdown table cell (names come from files a pull request can change)."""
+    return (str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("`", "'").replace("\n", " "))
+
+
+def _url(url: str) -> str:
+    return url.replace(" ", "%20").replace(")", "%29").replace("(", "%28")
+
+
+def _num(x: float, digits: int = DIGITS) -> str:
+    return f"{x:.{digits}f}".replace("-", MINUS)
+
+
+def _signed(d: float, digits: int = DIGITS) -> str:
+    """A change with its sign; one too small to show at `digits` still shows which way it went."""
+    sign = "+" if d > 0 else MINUS if d < 0 else "±"
+    step = 10.0 ** -digits
+    return f"{sign}<{step:.{digits}f}" if 0 < abs(d) < step / 2 else f"{sign}{abs(d):.{digits}f}"
+
+
+def cell(new: object, old: object, digits: int = DIGITS, *, has_base: bool = True) -> str:
+    """A metric's new value and its signed change against the base: `0.625 (+0.125)`, `0.500 (−0.050)`,
+    `0.500 (unchanged)`; `n/a` where a number does not apply (EQS of a label-only system)."""
+    a, b = number(new), number(old)
+    if a is None:
+        return "n/a" if b is None or not has_base else f"n/a (was {_num(b, digits)})"
+    if not has_base:
+        return _num(a, digits)
+    if b is None:
+        return f"{_num(a, digits)} (was n/a)"
+    if a == b:
+        return f"{_num(a, digits)} (unchanged)"
+    return f"{_num(a, digits)} ({_signed(a - b, digits)})"
+
+
+def _rows(data: Mapping | None) -> dict[tuple[str, str], Mapping]:
+    """{(system, dataset): metrics} from eval.json's {system: {dataset: {...}}}, in the file's order."""
+    out: dict[tuple[str, str], Mapping] = {}
+    for system, by_dataset in (data or {}).items():
+        if isinstance(by_dataset, Mapping):
+            for dataset, m in by_dataset.items():
+                if isinstance(m, Mapping):
+                    out[(str(system), str(dataset))] = m
+    return out
+
+
+def _metric_table(new: Mapping | None, base: Mapping | None) -> list[str]:
+    now, was = _rows(new), _rows(base)
+    if not now and not was:
+        return ["No evaluation metrics on either side."]
+    header = ["system", "dataset", *(label for _, label, _ in HEADLINE), "vs base"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 2 + "---:|" * len(HEADLINE) + "---|"]
+    keys = [*now, *(k for k in was if k not in now)]  # this run's rows first, then the removed ones
+    for key in keys:
+        m, b = now.get(key), was.get(key)
+        if m is None:  # only at the base: removed, its old values struck through
+            cells = ["n/a" if (v := number(b.get(k))) is None else f"~~{_num(v, digits)}~~" for k, _, digits in HEADLINE]
+            state = "removed"
+        elif b is None:
+            cells = [cell(m.get(k), None, digits, has_base=False) for k, _, digits in HEADLINE]
+            state = "new" if base is not None else "no base"
+        else:
+            cells = [cell(m.get(k), b.get(k), digits) for k, _, digits in HEADLINE]
+            same = all(number(m.get(k)) == number(b.get(k)) for k, _, _ in HEADLINE)
+            state = "unchanged" if same else "changed"
+        lines.append("| " + " | ".join([_md(key[0]), _md(key[1]), *cells, state]) + " |")
+    return lines
+
+
+# --- the paired tests ---------------------------------------------------------------------------------
+
+def _sub(d: Mapping, key: str) -> Mapping:
+    return d[key] if isinstance(d.get(key), Mapping) else {}
+
+
+def _p(x: object) -> str:
+    v = number(x)
+    if v is None:
+        return "n/a"
+    text = "<0.001" if v < 0.001 else f"{v:.3f}"
+    return f"**{text}**" if v < 0.05 else text
+
+
+def _diff(stat: Mapping) -> str:
+    """`+0.250 [0.000, 0.500]`: the observed difference and its paired-bootstrap interval."""
+    d = number(stat.get("diff"))
+    if d is None:
+        return "n/a"
+    ci = interval(stat)
+    return _signed(d) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else "")
+
+
+def _paired_table(paired: Mapping | None, why: str | None) -> list[str]:
+    if paired is None:
+        return [f"Not available: {_md(why)}."]
+    rows = [(str(d), str(s), t) for d, by_system in paired.items() if isinstance(by_system, Mapping)
+            for s, t in by_system.items() if isinstance(t, Mapping)]
+    if not rows:
+        return ["No paired tests: the evaluation ran one system, or not the reference system."]
+    lines = ["Δ = reference minus system on the claims both answered (positive: the reference is better), "
+             "paired bootstrap 95% interval and p; McNemar's exact test (b: only the reference right, c: only "
+             "the system). Bold: p < 0.05.", "",
+             "| dataset | comparison | n | Δ accuracy [95% CI] | p | Δ macro-F1 [95% CI] | p | McNemar b / c | p |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for dataset, system, t in rows:
+        acc, f1, mc = _sub(t, "accuracy"), _sub(t, "macro_f1"), _sub(t, "mcnemar")
+        b, c, n = number(mc.get("b")), number(mc.get("c")), number(t.get("n"))
+        cells = [_md(dataset), f"{_md(t.get('reference', '?'))} vs {_md(system)}",
+                 "n/a" if n is None else _num(n, 0), _diff(acc), _p(acc.get("p")), _diff(f1), _p(f1.get("p")),
+                 "n/a" if b is None or c is None else f"{_num(b, 0)} / {_num(c, 0)}", _p(mc.get("p"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+# --- which stages reran -------------------------------------------------------------------------------
+
+def _changes(kind: str, paths: Mapping) -> str:
+    """'deps: in.txt (modified), params.yaml: evaluate (modified)' from one `changed deps` mapping."""
+    items = []
+    for path, what in paths.items():
+        if isinstance(what, Mapping):  # params: {file: {key: modified}}
+            items += [f"`{_md(path)}`: `{_md(k)}` ({_md(v)})" for k, v in what.items()]
+        else:
+            items.append(f"`{_md(path)}` ({_md(what)})")
+    more = f", … {len(items) - STATUS_PATHS} more" if len(items) > STATUS_PATHS else ""
+    return f"{kind}: " + ", ".join(items[:STATUS_PATHS]) + more
+
+
+def _status(path: Path | None) -> list[str]:
+    if path is None:
+        return ["Not provided (`--status`: the output of `dvc status --json` before the run)."]
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8") or "null")
+    except (OSError, json.JSONDecodeError) as e:
+        return [f"Not available: {_md(path)} could not be read ({_md(getattr(e, 'strerror', None) or e)})."]
+    if not isinstance(data, Mapping):
+        return [f"Not available: {_md(path)} is not the JSON object `dvc status --json` prints."]
+    if not data:
+        return ["Everything was up to date: no stage reran."]
+    lines = []
+    for stage, entries in data.items():
+        parts = []
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, Mapping):
+                parts += [_changes(k.replace("changed ", ""), v) if isinstance(v, Mapping) else f"{_md(k)}: {_md(v)}"
+                          for k, v in entry.items()]
+            else:
+                parts.append(_md(entry))  # "changed command", "always changed"
+        lines.append(f"- **{_md(stage)}**: " + "; ".join(parts))
+    lines += ["", "These stages reran, and with them every stage downstream whose inputs they changed."]
+    return lines
+
+
+# --- dvc metrics diff ---------------------------------------------------------------------------------
+
+def _dvc_diff(cfg: PrCommentConfig, skip: str | None) -> str:
+    """`dvc metrics diff BASE --md` over the evaluation's metric files, or why it is not shown."""
+    if skip:
+        return "Not run: the base ref is not available."
+    targets = [Path(cfg.metrics_path).as_posix(), Path(cfg.paired_path).as_posix()]
+    try:
+        p = subprocess.run(_command(["metrics", "diff", cfg.base, "--md", "--targets", *targets]), cwd=cfg.root,
+                           env=_env(), capture_output=True, text=True, timeout=cfg.dvc_timeout_s)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`dvc metrics diff` could not run: {_md(e)}"
+    if p.returncode != 0:
+        reason = _reason([x.strip() for x in (p.stdout + p.stderr).splitlines() if x.strip()])
+        return f"`dvc metrics diff` failed (exit {p.returncode}): {_md(reason)}"
+    return p.stdout.strip() or "No metric changed."
+
+
+def _details(diff: str, budget: int) -> str:
+    """The dvc table in a collapsed block, cut at a line boundary when the comment would be too long."""
+    lines = diff.splitlines()
+    kept, size = [], 0
+    for i, line in enumerate(lines):
+        if size + len(line) + 1 > budget:
+            kept.append(f"\n… {len(lines) - i} more rows: run `dvc metrics diff BASE --md` locally.")
+            break
+        kept.append(line)
+        size += len(line) + 1
+    body = "\n".join(kept)
+    return (f"<details><summary><code>dvc metrics diff</code> (every evaluation metric that changed)</summary>\n\n"
+            f"{body}\n\n</details>\n")

@@ -1,0 +1,216 @@
+"""`biocheck report pr`: the pull-request evaluation comment, checked on a temporary git + DVC repo with two
+commits whose evaluation metrics differ (the base) and the working tree (the pull request)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from biocheck.cli import app
+from biocheck.orchestration import pr_comment
+from biocheck.orchestration.pr_comment import MARKER, cell
+from tests.test_cli_errors import one_error_line
+
+runner = CliRunner()
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.org"}
+
+
+def metrics(accuracy: float, macro_f1: float, eqs: float | None, ehr: float | None, n: int = 8) -> dict:
+    """The headline keys of compare.system_metrics, plus nested ones as the stage writes them."""
+    return {"n": n, "accuracy": accuracy, "macro_precision": 0.5, "macro_recall": 0.5, "macro_f1": macro_f1,
+            "ci": {"accuracy": {"lo": accuracy - 0.1, "hi": accuracy + 0.1}}, "writes_report": eqs is not None,
+            "eqs": eqs, "eqs_n": None if eqs is None else n, "ehr": ehr, "ehr_n": None if ehr is None else n}
+
+
+BASE = {
+    "eg_grpo": {"scifact": metrics(0.5, 0.45, 0.6, 0.2), "healthfc": metrics(0.25, 0.2, 0.5, 0.1)},
+    "cer": {"scifact": metrics(0.375, 0.3, None, None)},  # removed by the pull request
+    "no_retrieval": {"scifact": metrics(0.25, 0.2, None, None)},
+}
+HEAD = {
+    "eg_grpo": {"scifact": metrics(0.625, 0.4, 0.6, 0.25), "healthfc": metrics(0.25, 0.2, 0.5, 0.1)},
+    "no_retrieval": {"scifact": metrics(0.25, 0.2, None, None)},
+    "fire": {"scifact": metrics(0.125, 0.1, None, None)},  # added by the pull request
+}
+
+
+def paired(diff: float, p: float) -> dict:
+    stat = {"reference": 0.625, "other": 0.625 - diff, "diff": diff, "mean": diff, "lo": diff - 0.25,
+            "hi": diff + 0.25, "p": p}
+    return {"reference": "eg_grpo", "n": 8, "only_reference": 0, "only_other": 0, "accuracy": stat,
+            "macro_f1": {**stat, "diff": -0.05, "lo": -0.3, "hi": 0.2, "p": 0.8},
+            "mcnemar": {"b": 4, "c": 1, "p": 0.375}}
+
+
+PAIRED = {"scifact": {"no_retrieval": paired(0.375, 0.012), "fire": paired(0.5, 0.0004)}}
+DVC_YAML = {"stages": {"evaluate": {"cmd": "true", "metrics": [{"metrics/eval.json": {"cache": False}},
+                                                                  {"metrics/eval_paired.json": {"cache": False}}]}}}
+STATUS = {"evaluate": [{"changed deps": {"params.yaml": {"evaluate": "modified"},
+                                         "src/biocheck/evaluate": "modified"}}, "changed command"],
+          "train@eg_grpo": [{"changed outs": {"models/checkpoints": "deleted"}}]}
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, env={**os.environ, **GIT_ENV}, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def write_eval(root: Path, eval_json: dict, paired_json: dict) -> None:
+    (root / "metrics").mkdir(exist_ok=True)
+    (root / "metrics" / "eval.json").write_text(json.dumps(eval_json, indent=2))
+    (root / "metrics" / "eval_paired.json").write_text(json.dumps(paired_json, indent=2))
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    """Commit 1: a DVC project without evaluation; commit 2 (HEAD): the base's metrics; working tree: the PR's."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / ".dvc").mkdir()  # what `dvc init` writes, without a DVC start
+    (root / ".dvc" / "config").write_text("[core]\n    analytics = false\n")
+    (root / ".dvc" / ".gitignore").write_text("/config.local\n/tmp\n/cache\n")
+    (root / "dvc.yaml").write_text(yaml.safe_dump(DVC_YAML))
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "no evaluation yet")
+    write_eval(root, BASE, {"scifact": {"no_retrieval": paired(0.25, 0.2)}})
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base evaluation")
+    write_eval(root, HEAD, PAIRED)
+    monkeypatch.chdir(root)
+    return root
+
+
+def table_rows(md: str) -> dict[tuple[str, str], list[str]]:
+    """The metric table: {(system, dataset): [n, accuracy, macro-F1, EQS, EHR, vs base]}."""
+    section = md.split("### Metrics per system and dataset", 1)[1].split("###", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ")]
+    assert rows[0][:2] == ["system", "dataset"] and rows[0][2:] == ["n", "accuracy", "macro-F1", "EQS", "EHR",
+                                                                     "vs base"], rows[0]
+    return {(r[0], r[1]): r[2:] for r in rows[1:]}
+
+
+def test_the_comment_compares_the_pull_request_with_the_base(repo, tmp_path):
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps(STATUS))
+    out = tmp_path / "out" / "comment.md"
+    url = "https://github.com/o/r/actions/runs/1/artifacts/2"
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--status", str(status), "--artifact-url", url,
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    md = out.read_text()
+    assert md.splitlines()[0] == MARKER
+    assert f"]({url})" in md
+
+    rows = table_rows(md)
+    assert list(rows) == [("eg_grpo", "scifact"), ("eg_grpo", "healthfc"), ("no_retrieval", "scifact"),
+                          ("fire", "scifact"), ("cer", "scifact")]  # one per system and dataset, removed last
+    acc, f1, eqs, ehr = rows[("eg_grpo", "scifact")][1:5]
+    assert acc == "0.625 (+0.125)" and f1 == "0.400 (−0.050)" and ehr == "0.250 (+0.050)"
+    assert eqs == "0.600 (unchanged)" and rows[("eg_grpo", "scifact")][-1] == "changed"
+    assert rows[("eg_grpo", "healthfc")][-1] == "unchanged"
+    assert all("(unchanged)" in c for c in rows[("eg_grpo", "healthfc")][:5])
+    assert rows[("no_retrieval", "scifact")][3:6] == ["n/a", "n/a", "unchanged"]  # label-only: no EQS / EHR
+    assert rows[("fire", "scifact")] == ["8", "0.125", "0.100", "n/a", "n/a", "new"]
+    assert rows[("cer", "scifact")][1] == "~~0.375~~" and rows[("cer", "scifact")][-1] == "removed"
+
+    paired_section = md.split("### Paired tests", 1)[1].split("###", 1)[0]
+    fire = next(line for line in paired_section.splitlines() if "eg_grpo vs fire" in line)
+    cells = [c.strip() for c in fire.strip("|").split("|")]
+    assert cells[:5] == ["scifact", "eg_grpo vs fire", "8", "+0.500 [0.250, 0.750]", "**<0.001**"]
+    assert cells[5:] == ["−0.050 [−0.300, 0.200]", "0.800", "4 / 1", "0.375"]
+    assert "| scifact | eg_grpo vs no_retrieval | 8 | +0.375 [0.125, 0.625] | **0.012** |" in paired_section
+
+    stages = md.split("### Stages that were out of date", 1)[1].split("<details>", 1)[0]
+    assert "- **evaluate**: deps: `params.yaml`: `evaluate` (modified), `src/biocheck/evaluate` (modified); " \
+           "changed command" in stages
+    assert "- **train@eg_grpo**: outs: `models/checkpoints` (deleted)" in stages
+
+    # dvc's own table, collapsed: the changed metrics only, base (main) against the working tree
+    details = md.split("<details>", 1)[1]
+    assert details.rstrip().endswith("</details>")
+    assert re.search(r"\| metrics/eval\.json\s+\| eg_grpo\.scifact\.accuracy\s+\| 0\.5\s+\| 0\.625\s+\| 0\.125", details)
+    assert "eg_grpo.healthfc.accuracy" not in details
+
+
+def test_stdout_and_status_cases(repo, tmp_path):
+    r = runner.invoke(app, ["report", "pr", "--base", "HEAD"])  # HEAD: the base commit; no --status
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(MARKER + "\n") and "Not provided" in r.stdout and "download the artifact" not in r.stdout
+    clean = tmp_path / "clean.json"
+    clean.write_text("{}\n")  # what `dvc status --json` prints when nothing changed
+    r = runner.invoke(app, ["report", "pr", "--base", "HEAD", "--status", str(clean)])
+    assert "Everything was up to date: no stage reran." in r.stdout
+    r = runner.invoke(app, ["report", "pr", "--base", "HEAD", "--status", str(tmp_path / "absent.json")])
+    assert r.exit_code == 0 and "could not be read" in r.stdout
+
+
+def test_a_base_ref_that_does_not_exist(repo, tmp_path):
+    out = tmp_path / "comment.md"
+    r = runner.invoke(app, ["report", "pr", "--base", "origin/nope", "--out", str(out)])
+    line = one_error_line(r, "base ref 'origin/nope' does not exist", "git fetch", str(out))
+    assert "Traceback" not in r.output and line.count("error") == 1
+    md = out.read_text()  # still written, and it says what is missing
+    assert md.startswith(MARKER) and "**Missing:** base ref 'origin/nope' does not exist" in md
+    assert table_rows(md)[("eg_grpo", "scifact")] == ["8", "0.625", "0.400", "0.600", "0.250", "no base"]
+    assert "dvc metrics diff</code>" in md and "Not run: the base ref is not available." in md
+
+
+def test_no_metrics_at_the_base(repo, tmp_path):
+    out = tmp_path / "comment.md"
+    r = runner.invoke(app, ["report", "pr", "--base", "HEAD~1", "--out", str(out)])
+    one_error_line(r, "no metrics/eval.json at HEAD~1")
+    md = out.read_text()
+    assert "**Missing:** no metrics/eval.json at HEAD~1" in md
+    assert {row[-1] for row in table_rows(md).values()} == {"no base"}
+
+
+def test_no_metrics_in_the_working_tree(repo, tmp_path):
+    (repo / "metrics" / "eval.json").unlink()
+    (repo / "metrics" / "eval_paired.json").unlink()
+    out = tmp_path / "comment.md"
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--out", str(out)])
+    one_error_line(r, "no metrics/eval.json in the working tree", "dvc repro evaluate")
+    md = out.read_text()
+    assert md.startswith(MARKER) and "**Missing:** no metrics/eval.json in the working tree" in md
+    assert {row[-1] for row in table_rows(md).values()} == {"removed"}
+    assert "Not available: no metrics/eval_paired.json in the working tree" in md
+
+
+def test_dvc_failing_is_said_in_the_comment(repo, tmp_path):
+    (repo / ".dvc" / "config").write_text("[core]\n    no_such_option = 1\n")  # DVC refuses to start
+    r = runner.invoke(app, ["report", "pr", "--base", "main"])
+    assert r.exit_code == 0, r.output  # the comparison is complete; only dvc's own table is missing
+    assert re.search(r"`dvc metrics diff` failed \(exit \d+\): .*no_such_option", r.stdout)
+
+
+@pytest.mark.parametrize(("new", "old", "shown"), [
+    (0.625, 0.5, "0.625 (+0.125)"), (0.45, 0.5, "0.450 (−0.050)"), (0.5, 0.5, "0.500 (unchanged)"),
+    (0.5001, 0.5, "0.500 (+<0.001)"), (None, 0.3, "n/a (was 0.300)"), (0.3, None, "0.300 (was n/a)"),
+    (None, None, "n/a"), (True, 0.5, "n/a (was 0.500)"),
+])
+def test_a_cell_shows_the_new_value_and_the_signed_change(new, old, shown):
+    assert cell(new, old) == shown
+
+
+def test_a_long_dvc_table_is_cut_to_fit_a_comment(repo, monkeypatch):
+    monkeypatch.setattr(pr_comment, "MAX_CHARS", 3_000)  # GitHub's limit is 65,536 characters
+    r = runner.invoke(app, ["report", "pr", "--base", "main"])
+    assert r.exit_code == 0, r.output
+    assert len(r.stdout) < 3_000 and re.search(r"… \d+ more rows: run `dvc metrics diff BASE --md` locally", r.stdout)
+    assert r.stdout.rstrip().endswith("</details>")
+
+
+@pytest.mark.parametrize("cmd", [["report"], ["report", "pr"]])
+def test_the_command_explains_itself(cmd):
+    r = runner.invoke(app, [*cmd, "--help"], prog_name="biocheck")
+    assert r.exit_code == 0 and "Usage: biocheck report" in r.output, r.output
+    assert "pull-request" in r.output.split("Options:")[0]
