@@ -5,12 +5,18 @@ select for each reward variant) -> evaluate (metric table artifact) -> dvc push,
 Each step is a sub-flow or task of flows/tasks.py running its DVC stage, so DVC skips what is up to date.
 Training runs in-process, or, with orchestrate.train_deployment set, as that Prefect deployment (the `gpu`
 work pool), waited for. `python flows/pipeline.py [params.yaml]` runs it without a Prefect server
-(a temporary local one), or on the server PREFECT_API_URL names.
+(a temporary local one), or on the server PREFECT_API_URL names. Its stages log to MLflow as one pipeline
+run: BIOCHECK_PIPELINE_ID (this flow run's id) reaches every stage, which nests its run under that pipeline's
+parent run (biocheck.tracking).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 if __package__ != "flows":  # run as a script: make the `flows` package (the repo root) importable
@@ -19,11 +25,13 @@ if __package__ != "flows":  # run as a script: make the `flows` package (the rep
 from prefect import flow  # noqa: E402
 from prefect.deployments import run_deployment  # noqa: E402
 from prefect.exceptions import ObjectNotFound  # noqa: E402
+from prefect.runtime import flow_run  # noqa: E402
 
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry  # noqa: E402
 from biocheck.pipeline import orchestrate_config, params_of  # noqa: E402
 from biocheck.rewards.components import VARIANTS  # noqa: E402
+from biocheck.tracking import PIPELINE_ENV  # noqa: E402
 from flows.data import data_flow  # noqa: E402
 from flows.evidence import evidence_flow  # noqa: E402
 from flows.tasks import evaluate_task, main, pull_task, push_task  # noqa: E402
@@ -34,7 +42,8 @@ from flows.train import train_flow  # noqa: E402
 def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = True, push: bool = True) -> dict:
     """Run every stage that is not up to date, in dvc.yaml's order; pull outputs from the DVC remote first
     and push them after success (`pull`/`push`, when orchestrate.dvc_remote is set)."""
-    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+    # secrets blanked in this run's log lines and in any error leaving it; the stages' MLflow runs nested
+    with entry.redacted(), pipeline_id(str(flow_run.id or uuid.uuid4())):  # (no flow run: called as a function)
         path = dvc.params_file(root, params)
         root, params = str(path.parent), str(path)
         cfg = orchestrate_config(params_of(path))
@@ -52,6 +61,20 @@ def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = Tru
             push_task(root, remote)
             out["push"] = remote
         return out
+
+
+@contextlib.contextmanager
+def pipeline_id(value: str) -> Iterator[None]:
+    """BIOCHECK_PIPELINE_ID for the DVC stages this flow starts (their environment is this process's)."""
+    old = os.environ.get(PIPELINE_ENV)
+    os.environ[PIPELINE_ENV] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(PIPELINE_ENV, None)
+        else:
+            os.environ[PIPELINE_ENV] = old
 
 
 def train_step(params: str, root: str, deployment: str | None) -> dict:

@@ -121,7 +121,7 @@ def test_mlflow_run_records_prompt_hash_and_traces(workdir):
                             "--mlflow"])
     assert r.exit_code == 0, r.output
     mlflow.set_tracking_uri(tracking_uri())
-    run = mlflow.search_runs(experiment_names=["biocheck"], filter_string="tags.stage = 'check'",
+    run = mlflow.search_runs(experiment_names=["biocheck-eval"], filter_string="tags.stage = 'check'",
                              order_by=["start_time DESC"], max_results=1, output_format="list")[0]
     trace = json.loads((workdir / "out" / "a.json").read_text())
     assert run.data.params["prompt_hash"] == trace["prompt_hash"] and len(trace["prompt_hash"]) == 16

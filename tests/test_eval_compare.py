@@ -17,8 +17,6 @@ import pytest
 from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
 from biocheck.evaluate.compare import (
-    EXPERIMENT,
-    git_state,
     log_mlflow,
     mcnemar_exact,
     paired_tests,
@@ -27,7 +25,7 @@ from biocheck.evaluate.compare import (
 )
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.labels import Label
-from biocheck.tracking import flatten, tracking_uri
+from biocheck.tracking import EXPERIMENTS, flatten, git_state, tracking_uri
 
 S, R, N = Label.SUPPORTED, Label.REFUTED, Label.NEI
 ALL3 = [S.value, R.value, N.value]
@@ -229,7 +227,7 @@ def test_mlflow_runs_per_system_and_dataset(tmp_path, monkeypatch):
                      system_tags={"eg_grpo": {"model_fingerprint": "m123", "prompt_hash": "p456"}}, gallery=gallery)
     mlflow.set_tracking_uri(tracking_uri())
     client = mlflow.MlflowClient()
-    runs = {r.info.run_id: r for r in mlflow.search_runs(experiment_names=[EXPERIMENT], output_format="list")}
+    runs = {r.info.run_id: r for r in mlflow.search_runs(experiment_names=[EXPERIMENTS["eval"]], output_format="list")}
     assert set(ids) <= set(runs)
     parent, *children = (runs[i] for i in ids)
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "gallery")] == ["gallery/index.html"]

@@ -250,7 +250,7 @@ def test_cli_refreshes_writes_the_report_and_logs_to_mlflow(server, tmp_path, mo
     assert json.loads((tmp_path / "metrics" / "evidence_refresh.json").read_text()) == s
 
     mlflow.set_tracking_uri(tracking_uri())
-    run = mlflow.search_runs(experiment_names=["biocheck"], filter_string="tags.stage = 'evidence-refresh'",
+    run = mlflow.search_runs(experiment_names=["biocheck-data"], filter_string="tags.stage = 'evidence-refresh'",
                              order_by=["start_time DESC"], output_format="list")[0]
     assert run.data.metrics["changed"] == s["changed"] and run.data.metrics["queries"] == 3
     assert run.data.params["limit"] == "3"

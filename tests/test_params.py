@@ -49,7 +49,7 @@ def build_all(params: dict[str, Any]) -> dict[str, Any]:
              "evidence": pl.evidence_config(p), "search": pl.search_config(p), "model": pl.model_config(p),
              "agent": pl.agent_config(p), "reward": reward, "judge": judge, "train": pl.train_config(p),
              "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p),
-             "orchestrate": pl.orchestrate_config(p)}
+             "orchestrate": pl.orchestrate_config(p), "tracking": pl.tracking_config(p)}
     return _plain(built)
 
 
@@ -127,6 +127,7 @@ ACCEPTED = {
     "train": "biocheck.train.grpo:TrainConfig", "select": "biocheck.train.select:SelectConfig",
     "evaluate": "biocheck.evaluate.config:EvaluateConfig",
     "orchestrate": "biocheck.orchestration.config:OrchestrateConfig",
+    "tracking": "biocheck.tracking:TrackingConfig",
 }
 
 

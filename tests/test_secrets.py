@@ -141,7 +141,7 @@ def test_a_key_echoed_by_the_server_reaches_no_output(evidence_workdir, refusing
     assert "HTTP 401" in r.output and f"Incorrect API key provided: {MASK}" in r.output
     written = " ".join(f.read_text() for f in (workdir / "out").glob("*.json"))
     assert "HTTP 401" in written and f"Incorrect API key provided: {MASK}" in written
-    run = mlflow.search_runs(experiment_names=["biocheck"], filter_string="tags.stage = 'check'",
+    run = mlflow.search_runs(experiment_names=["biocheck-eval"], filter_string="tags.stage = 'check'",
                              output_format="list")[0]
     assert mlflow.MlflowClient().list_artifacts(run.info.run_id, "traces")  # the batch's files were logged
     assert KEY not in r.output and KEY not in caplog.text

@@ -365,9 +365,9 @@ def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
 
     client = MlflowClient(tracking_uri())
     mv = client.get_model_version_by_alias("biocheck-test", "champion")
-    assert mv.tags["step"] == "20" and mv.tags["eval_reward"] == "0.5" and mv.source.endswith("selected")
+    assert mv.tags["step"] == "20" and mv.tags["validation_reward"] == "0.5" and mv.source.endswith("selected")
     run = client.get_run(mv.run_id)  # the selection is its own tracked run
-    assert run.info.run_name == "select" and run.data.tags["stage"] == "select"
+    assert run.info.run_name == "select eg_grpo" and run.data.tags["stage"] == "select"
     assert run.data.params == {"selected_step": "20"}
     assert run.data.metrics == {"selected_eval_reward": 0.5, "selected_step": 20.0}
     assert client.get_registered_model("biocheck-test").description == "BioCheck agent policy (EG-GRPO)"
@@ -532,7 +532,7 @@ class _Wiring:
                             lambda spec, batch_size, cache: self.judges.append((spec, batch_size, cache)) or self.judge)
 
         @contextlib.contextmanager
-        def run(stage, params=None):
+        def run(stage, params=None, **_names_and_tags):
             self.runs.append((stage, params))
             yield object() if self.tracking_on else None
 
@@ -623,7 +623,7 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     assert isinstance(cb, SampleEpisodes) and cb.bank is t["bank"] and (cb.n, cb.every) == (3, 2 * 5)
     assert t["trainer"].resumed == [None]
     # tracked: the run's params and the SFT numbers
-    assert wiring.runs == [("train", {"train": plain(c.train), "agent": plain(c.agent),
+    assert wiring.runs == [("train@eg_grpo", {"train": plain(c.train), "agent": plain(c.agent),
                                       "reward": plain(c.reward), "judge": "openai:judge-x",
                                       "prompt_hash": prompts.hash(), "run_key": key, "start": str(sft_dir)})]
     assert wiring.metrics == [{"sft.loss": 0.5, "sft.examples": 2}]

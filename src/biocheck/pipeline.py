@@ -10,6 +10,7 @@ Sections and who reads them:
   evidence -> EvidenceConfig    search -> SearchConfig        model -> ModelConfig
   agent -> AgentConfig          reward -> RewardConfig + JudgeConfig
   train -> TrainConfig          select -> SelectConfig        profile: the profile's name
+  tracking -> tracking.TrackingConfig (MLflow experiment names; read by every stage, a param of none)
 A section or key that nothing reads is an error, so a typo never silently does nothing.
 """
 
@@ -28,7 +29,7 @@ from biocheck.params import DEFAULT_PARAMS, Params, load_params, plain, raw_sect
 log = logging.getLogger(__name__)
 
 SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "train",
-            "select", "evaluate", "orchestrate")
+            "select", "evaluate", "orchestrate", "tracking")
 
 
 def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -213,6 +214,16 @@ def orchestrate_config(params: dict[str, Any], **overrides: Any):
     return section(params, "orchestrate", OrchestrateConfig, **overrides)
 
 
+def tracking_config(params: dict[str, Any], **overrides: Any) -> tracking.TrackingConfig:
+    return section(params, "tracking", tracking.TrackingConfig, **overrides)
+
+
+def tracked(params: dict[str, Any], **values: Any):
+    """The MLflow context of a stage's runs: experiment names (tracking:), profile, prepared data."""
+    return tracking.context(config=tracking_config(params), profile=params.get("profile"),
+                            prepared_dir=prepared_dir(params), **values)
+
+
 def refresh_config(params: dict[str, Any], **overrides: Any):
     """`biocheck evidence refresh`: no section of its own; PubMed is reached as `search:` says (timeout,
     attempts, papers per search) with evidence.store, whatever search.backend is. `overrides`: limit,
@@ -309,9 +320,9 @@ def prepare_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overri
     from biocheck.data.prepare import prepare
 
     p = params_of(params)
-    cfg = prepare_config(p, **overrides)
+    cfg, track = prepare_config(p, **overrides), tracked(p)
     stats = prepare(cfg)
-    with tracking.run("prepare", params={"profile": p.get("profile"), "data": plain(cfg)}):
+    with track, tracking.run("prepare", params={"profile": p.get("profile"), "data": plain(cfg)}):
         tracking.log_metrics(stats)
     return stats
 
@@ -320,10 +331,10 @@ def validate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overr
     from biocheck.data.validate import validate
 
     p = params_of(params)
-    cfg = validate_config(p, **overrides)
+    cfg, track = validate_config(p, **overrides), tracked(p)
     result = validate(cfg)
-    with tracking.run("validate", params={"profile": p.get("profile"), "validate": plain(cfg)},
-                      tags={"success": str(result.success)}):
+    with track, tracking.run("validate", params={"profile": p.get("profile"), "validate": plain(cfg)},
+                             tags={"success": str(result.success)}):
         tracking.log_metrics({"checks": len(result.checks), "failed": len(result.failures),
                               "success": int(result.success)}, prefix="validation")
         manifest = cfg.prepared_dir / "manifest.json"
@@ -339,9 +350,9 @@ def evidence_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overr
     from biocheck.pubmed.build import build_evidence
 
     p = params_of(params)
-    cfg = evidence_config(p, **overrides)
+    cfg, track = evidence_config(p, **overrides), tracked(p)
     stats = build_evidence(cfg)
-    with tracking.run("evidence", params={"profile": p.get("profile"), "evidence": plain(cfg)}):
+    with track, tracking.run("evidence", params={"profile": p.get("profile"), "evidence": plain(cfg)}):
         tracking.log_metrics(stats)
     return stats
 
@@ -349,24 +360,44 @@ def evidence_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overr
 def model_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
     from biocheck.models.stage import init_model
 
-    return init_model(model_config(params_of(params), **overrides))
+    p = params_of(params)
+    cfg, track = model_config(p, **overrides), tracked(p)
+    stats = init_model(cfg)
+    with track, tracking.run("model", run_name="model init", params={"profile": p.get("profile"), "model": plain(cfg)},
+                             tags={"model_fingerprint": _fingerprint(cfg.out_dir, stats)}):
+        tracking.log_metrics(stats)
+    return stats
+
+
+def _fingerprint(model_dir: Path, stats: dict) -> str | None:
+    """The built model's fingerprint (the evaluation tags each model's runs with the same value)."""
+    if stats.get("fingerprint"):
+        return str(stats["fingerprint"])
+    from biocheck.agent.llm.transformers_backend import model_fingerprint
+
+    return model_fingerprint(model_dir) if (model_dir / "config.json").is_file() else None
 
 
 def train_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
                 variant: str | None = None, **overrides: Any) -> dict:
     from biocheck.train.stage import train
 
-    return train(train_setup(params_of(params), variant=variant, **overrides), progress=progress)
+    p = params_of(params)
+    setup, track = train_setup(p, variant=variant, **overrides), tracked(p)
+    with track:
+        return train(setup, progress=progress)
 
 
 def select_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, register: bool | None = None,
                  variant: str | None = None, **overrides: Any) -> dict:
     from biocheck.train.select import select
 
-    cfg = select_config(params_of(params), variant=variant, **overrides)
+    p = params_of(params)
+    cfg, track = select_config(p, variant=variant, **overrides), tracked(p)
     if register is not None:
         cfg.register = register
-    return select(cfg)
+    with track:
+        return select(cfg, variant=_variant_suffix(p, variant)[0])
 
 
 def refresh_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
@@ -377,10 +408,10 @@ def refresh_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress
     from biocheck.pubmed.refresh import refresh, write_report
 
     p = params_of(params)
-    cfg = refresh_config(p, progress=progress, **overrides)
+    cfg, track = refresh_config(p, progress=progress, **overrides), tracked(p)
     report = refresh(cfg) if changes is None else write_report(cfg, changes)
-    with tracking.run("evidence-refresh", params={"profile": p.get("profile"), "search": plain(cfg.search),
-                                                  "limit": cfg.limit}):
+    with track, tracking.run("evidence-refresh", run_name="evidence refresh",
+                             params={"profile": p.get("profile"), "search": plain(cfg.search), "limit": cfg.limit}):
         tracking.log_metrics(report["summary"])
         tracking.log_artifacts(cfg.report_path)
     return report
@@ -494,11 +525,15 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
     from biocheck.evaluate.stage import evaluate
 
     p = params_of(params)
+    aliases = {system: alias for alias, system in MODEL_ALIASES.items() if alias != "base"}
+    track = tracked(p, registered_model=select_config(p).registered_model, aliases=aliases)
     setup = evaluate_setup(p, out=out, model=model, **overrides)
     reward_cfg, judge_cfg = reward_config(p)
     scorer = make_scorer(make_judge(judge_cfg), reward_cfg)
-    # MLflow: one run per (system, dataset) in the biocheck-eval experiment (evaluate/compare.log_mlflow)
-    return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress, profile=p.get("profile"))
+    # MLflow (evaluate/compare.log_mlflow): a run `evaluate` with one child per (system, dataset) in the eval
+    # experiment; the metrics go onto the registered versions the champion/challenger systems ran.
+    with track:
+        return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress, profile=p.get("profile"))
 
 
 def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | str | None = None,
@@ -527,4 +562,5 @@ __all__ = ["DEFAULT_PARAMS", "JudgeConfig", "Params", "SECTIONS", "TrainSetup", 
            "EvalSetup", "MODEL_ALIASES", "eval_model", "eval_models", "evaluate_config", "evaluate_setup", "evaluate_shard", "evaluate_stage", "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
            "make_judge", "make_prompts", "make_search_tool", "model_config", "model_stage", "orchestrate_config", "params_of",
            "prepare_config", "prepare_stage", "prepared_dir", "refresh_config", "refresh_stage", "reward_config", "search_config", "select_config",
-           "select_stage", "train_config", "train_setup", "train_stage", "validate_config", "validate_stage"]
+           "select_stage", "tracked", "tracking_config", "train_config", "train_setup", "train_stage", "validate_config",
+           "validate_stage"]

@@ -1,20 +1,40 @@
-"""MLflow tracking with a SQLite backend at the repo root (`mlflow ui` shows every run).
+"""MLflow tracking: experiments by purpose, pipeline parent runs, the same tags on every run (docs/mlflow.md).
 
-`MLFLOW_TRACKING_URI` overrides the location; `BIOCHECK_TRACKING=off` disables tracking (e.g. for
-quick local experiments). Environment variables are never logged, and every text that is (param
-values, tags, metric names, artifact files) has the environment's secrets (NCBI_API_KEY,
-OPENAI_API_KEY, ...) blanked first: an error text can quote a key a server echoed back.
+Where: `MLFLOW_TRACKING_URI`, else SQLite at the repo root (`mlflow.db`, what `mlflow ui` opens);
+`BIOCHECK_TRACKING=off` disables tracking. Experiments by purpose, named in params.yaml `tracking:`
+(STAGES says which stage logs where). A `dvc repro` or a Prefect pipeline run is one parent run
+`pipeline <date time>` per experiment it touches, sharing the tag `pipeline_id`; each stage's run nests
+under it. Every run is tagged with profile, git commit and dirty flag, DVC stage and the md5 of that
+stage's inputs as dvc.lock records them, plus what the caller adds (model fingerprint, prompt hash,
+system, dataset, variant).
+
+Tracking never costs a result: a tracking store that cannot be reached (probed once, briefly: no MLflow
+retry loop) or fails mid-run prints one warning line on stderr, turns tracking off for the rest of the
+stage, and the stage goes on.
+Environment variables are never logged, and every text that is (params, tags, metric names,
+artifacts) has the environment's secrets (NCBI_API_KEY, OPENAI_API_KEY, any *_TOKEN) blanked first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import functools
+import hashlib
+import json
 import logging
 import os
 import re
 import shutil
+import ssl
+import subprocess
+import sys
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +42,72 @@ from biocheck.secrets import contains_secret, redact, secret_values
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "biocheck")
 MARKERS = ("dvc.yaml", ".git")
+PURPOSES = ("data", "train", "eval")
+EXPERIMENTS = {"data": "biocheck-data", "train": "biocheck-train", "eval": "biocheck-eval"}  # the defaults
+# Which experiment a stage logs into (a stage name before any `@key` of a DVC foreach).
+STAGES = {"prepare": "data", "validate": "data", "evidence": "data", "evidence-refresh": "data", "model": "data",
+          "train": "train", "select": "train", "evaluate": "eval", "check": "eval"}
+PIPELINE_ENV = "BIOCHECK_PIPELINE_ID"  # set by the Prefect pipeline flow; else the ancestor `dvc` process
+PROBE_TIMEOUT_S = 5  # one short look at an HTTP tracking server before any MLflow call
+# MLflow's own HTTP retries would take minutes against a server that is down mid-run (a user's setting wins).
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
+
+@dataclass
+class TrackingConfig:
+    """`tracking:` in params.yaml. No DVC stage lists it as a param: renaming an experiment reruns nothing."""
+
+    experiments: dict[str, str] = field(default_factory=lambda: dict(EXPERIMENTS))  # purpose -> experiment name
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.experiments, dict):
+            raise ValueError(f"experiments must map {', '.join(PURPOSES)} to experiment names")
+        unknown = sorted(set(self.experiments) - set(PURPOSES))
+        if unknown:
+            raise ValueError(f"experiments: unknown purpose(s) {', '.join(map(str, unknown))}; "
+                             f"choose from {', '.join(PURPOSES)}")
+        for purpose, name in self.experiments.items():
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"experiments.{purpose} must be a non-empty experiment name, not {name!r}")
+        self.experiments = {**EXPERIMENTS, **{k: v.strip() for k, v in self.experiments.items()}}
+
+
+@dataclass
+class Context:
+    """What the runs of one stage share (pipeline.py sets it per stage; tests and ad-hoc calls get defaults)."""
+
+    config: TrackingConfig = field(default_factory=TrackingConfig)
+    profile: str | None = None
+    prepared_dir: Path | None = None  # the prepared splits (datasets logged with `log_dataset`)
+    registered_model: str | None = None  # select.registered_model: evaluate tags its versions
+    aliases: dict[str, str] = field(default_factory=dict)  # evaluated system -> its registry alias
+
+
+_context = Context()
+_broken: dict[str, str] = {}  # tracking URI -> why tracking stopped using it (until the next stage's context)
+_reachable: dict[str, str | None] = {}  # tracking URI -> why it cannot be used (None: fine), probed once
+
+
+@contextlib.contextmanager
+def context(**values: Any) -> Iterator[Context]:
+    """Runs started inside use these experiment names, profile, prepared data and registry names. A new
+    context (a new stage) tries the tracking store afresh: a failure stops tracking for one stage only."""
+    global _context
+    _broken.clear()
+    _reachable.clear()
+    old, _context = _context, Context(**values)
+    try:
+        yield _context
+    finally:
+        _context = old
+
+
+def current() -> Context:
+    return _context
+
+
+# --- where -------------------------------------------------------------------------------------------
 
 def repo_root(start: Path | None = None) -> Path:
     """The nearest folder above `start` (default: cwd) holding dvc.yaml or .git; else `start`."""
@@ -40,8 +123,185 @@ def tracking_uri() -> str:
 
 
 def enabled() -> bool:
-    return os.environ.get("BIOCHECK_TRACKING", "on").lower() not in ("0", "off", "false", "no")
+    """Tracking is on (BIOCHECK_TRACKING) and its store has not failed in this process."""
+    off = os.environ.get("BIOCHECK_TRACKING", "on").lower() in ("0", "off", "false", "no")
+    return not off and tracking_uri() not in _broken
 
+
+def experiment(stage: str) -> str:
+    """The experiment a stage (`train@eg_grpo`, `check`, ...) logs into."""
+    name = stage.split("@")[0]
+    if name not in STAGES:
+        raise ValueError(f"tracking: unknown stage {stage!r}; add it to tracking.STAGES with its experiment")
+    return _context.config.experiments[STAGES[name]]
+
+
+def shown_uri(uri: str) -> str:
+    """The URI for a message: password and query values masked, environment secrets blanked."""
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.password and not parts.query:
+        return redact(uri)  # as given (a round trip would turn sqlite:////abs into sqlite://abs)
+    netloc = parts.netloc
+    if parts.password:
+        netloc = netloc.replace(f":{parts.password}@", ":***@")
+    query = "&".join(f"{k}=***" for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    return redact(urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
+
+
+def _unusable(uri: str) -> str | None:
+    """Why the tracking store at `uri` cannot be used (None: it looks fine). One short probe per URI."""
+    if uri in _reachable:
+        return _reachable[uri]
+    why = None
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        path = urllib.parse.urlsplit(uri).path[1:]  # sqlite:///rel.db -> rel.db, sqlite:////abs.db -> /abs.db
+        folder = Path(path or ".").parent if path and path != ":memory:" else None
+        if folder is not None and not folder.is_dir():
+            why = f"its folder {folder} does not exist"
+        elif folder is not None and not os.access(folder, os.W_OK):
+            why = f"its folder {folder} is not writable"
+    elif scheme in ("http", "https"):
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()  # noqa: S310
+        except urllib.error.HTTPError:
+            pass  # the server answered: it is there (a proxy, a login, an old server without /health)
+        except (OSError, ValueError) as e:
+            reason = getattr(e, "reason", None)
+            if not isinstance(reason, ssl.SSLError):  # TLS settings are MLflow's business (its own env vars)
+                why = f"no answer ({reason or e})"
+    _reachable[uri] = why
+    return why
+
+
+class Unavailable(Exception):
+    """The tracking store cannot be used (the probe said why)."""
+
+
+def _give_up(what: str, error: BaseException) -> None:
+    """Turn tracking off for the rest of this stage with one warning line on stderr (results are written as
+    usual)."""
+    uri = tracking_uri()
+    if uri in _broken:
+        return
+    why = str(error) if isinstance(error, Unavailable) else f"{type(error).__name__}: {error}"
+    why = _broken[uri] = " ".join(redact(why).split())[:300]
+    # stderr, not logging: one line whatever the log handler's width; a log record would be wrapped.
+    sys.stderr.write(f"warning: MLflow tracking off: {what} at {shown_uri(uri)} failed ({why}); the results are "
+                     "written as usual. Fix MLFLOW_TRACKING_URI (or start that server), or set BIOCHECK_TRACKING=off "
+                     "to run untracked.\n")
+    sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def guard(what: str) -> Iterator[None]:
+    """Run tracking calls; any failure turns tracking off with one warning line instead of raising."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 (a tracking failure must never cost the stage's results)
+        _give_up(what, e)
+
+
+# --- tags --------------------------------------------------------------------------------------------
+
+def git_state(cwd: Path | None = None) -> dict[str, str]:
+    """`git_commit` and `git_dirty` ("true"/"false") for run tags; "unknown" outside a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": "unknown", "git_dirty": "unknown"}
+    return {"git_commit": commit, "git_dirty": dirty}
+
+
+def pipeline_id() -> str | None:
+    """The pipeline run this stage belongs to: $BIOCHECK_PIPELINE_ID (the Prefect flow run), else, when DVC
+    runs the stage, the `dvc` process above it (pid + start time: one `dvc repro` = one pipeline)."""
+    given = os.environ.get(PIPELINE_ENV, "").strip()
+    if given:
+        return re.sub(r"[^\w.:-]", "_", given)[:200]
+    return _dvc_ancestor() if os.environ.get("DVC_STAGE") else None
+
+
+def _dvc_ancestor() -> str | None:
+    """`dvc-<boot>-<pid>-<start ticks>` of the nearest `dvc` process above this one (Linux /proc; else None)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+        pid = os.getppid()
+        for _ in range(64):
+            if pid <= 1:
+                return None
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            argv = [os.path.basename(a) for a in Path(f"/proc/{pid}/cmdline").read_bytes().decode(
+                errors="replace").split("\0")[:3]]
+            after = stat[stat.rindex(")") + 2:].split()  # fields 3.. (the command name may hold spaces)
+            if "dvc" in argv[:2] or argv[1:3] == ["-m", "dvc"]:  # dvc ..., python .../dvc ..., python -m dvc
+                return f"dvc-{boot}-{pid}-{after[19]}"  # field 22: start time in clock ticks since boot
+            pid = int(after[1])  # field 4: the parent
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def lock_md5(entry: Mapping[str, Any]) -> str:
+    """md5 of a stage's inputs as a dvc.lock stage entry records them: each dep's (path, md5) and the
+    params' values. The same inputs give the same value, any changed input a different one."""
+    deps = sorted(({"path": d["path"], "md5": d.get("md5")} for d in entry.get("deps") or []), key=lambda d: d["path"])
+    blob = json.dumps({"deps": deps, "params": entry.get("params") or {}}, sort_keys=True, default=str)
+    return hashlib.md5(blob.encode()).hexdigest()  # noqa: S324 (an identity, as DVC's own md5s)
+
+
+def locked_deps_md5(root: Path | str, stage: str) -> str | None:
+    """lock_md5 of `stage`'s entry in ROOT/dvc.lock (read as DVC reads it); None when it has none."""
+    from dvc.utils.serialize import load_yaml
+
+    path = Path(root) / "dvc.lock"
+    entry = (load_yaml(str(path)).get("stages") or {}).get(stage) if path.is_file() else None
+    return lock_md5(entry) if entry else None
+
+
+@functools.lru_cache(maxsize=8)
+def stage_deps_md5(root: str, stage: str) -> str:
+    """lock_md5 of the inputs of DVC stage `stage` as they are now: what dvc.lock will record when the stage
+    ends (a stage does not change its inputs). DVC's own hashing (and its hash cache: the files were hashed
+    moments ago when `dvc repro` checked them), without DVC's repo lock, which the running `dvc repro` holds.
+    "unknown" when DVC cannot say."""
+    try:
+        from dvc.dependency.param import ParamsDependency
+        from dvc.repo import Repo
+
+        with Repo(root) as repo:
+            [found] = repo.stage.collect(stage)
+            deps, params = [], {}
+            for dep in found.deps:
+                value = dep.get_hash().value
+                if isinstance(dep, ParamsDependency):
+                    params[dep.def_path] = dict(value)
+                else:
+                    deps.append({"path": dep.def_path, "md5": value})
+        return lock_md5({"deps": deps, "params": params})
+    except Exception as e:  # noqa: BLE001 (a tag is not worth failing a stage for)
+        log.debug("dvc_deps_md5 of %s: %s", stage, e)
+        return "unknown"
+
+
+def common_tags(stage: str) -> dict[str, str]:
+    """The tags every run carries: profile, git commit and dirty flag, DVC stage and its inputs' md5."""
+    dvc_stage = os.environ.get("DVC_STAGE") or stage  # DVC's own name when DVC runs it (foreach key included)
+    dvc_root = os.environ.get("DVC_ROOT")
+    tags = {"stage": stage.split("@")[0], "dvc_stage": dvc_stage,
+            # outside `dvc repro` no dvc.lock entry describes this run's inputs
+            "dvc_deps_md5": stage_deps_md5(dvc_root, dvc_stage) if dvc_root and os.environ.get("DVC_STAGE") else "none",
+            **git_state(repo_root())}
+    if _context.profile:
+        tags["profile"] = str(_context.profile)
+    return tags
+
+
+# --- runs --------------------------------------------------------------------------------------------
 
 def _mlflow_key(key: str) -> str:
     """MLflow names allow letters, digits and `_-. :/`; anything else (e.g. "train+val") becomes `_`."""
@@ -59,50 +319,167 @@ def flatten(d: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str,
     return out
 
 
+def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any] | None, run_name: str | None,
+           parent: str | None) -> tuple[Any, str | None]:
+    """(the active run, the pipeline parent's id when this run nests under one)."""
+    uri = tracking_uri()
+    why = _unusable(uri)
+    if why:
+        raise Unavailable(why)
+    for key, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    exp_id = mlflow.set_experiment(experiment(stage)).experiment_id
+    all_tags = {**common_tags(stage), **{k: str(v) for k, v in (tags or {}).items() if v is not None}}
+    pipeline_parent, pid = None, pipeline_id()
+    if pid is not None:
+        all_tags["pipeline_id"] = pid
+        if parent is None:
+            parent = pipeline_parent = _pipeline_parent(exp_id, pid, all_tags)
+    if parent is not None:
+        all_tags["mlflow.parentRunId"] = parent
+    active = mlflow.start_run(experiment_id=exp_id, run_name=redact(run_name or stage),
+                              tags={k: redact(v) for k, v in all_tags.items()})
+    try:
+        if params:  # redact before the cut: half a key would no longer match
+            mlflow.log_params({_mlflow_key(k): redact(v)[:500] for k, v in flatten(params).items()})
+    except Exception:
+        mlflow.end_run("FAILED")
+        raise
+    return active, pipeline_parent
+
+
 @contextlib.contextmanager
-def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None,
-        experiment: str | None = None, run_name: str | None = None) -> Iterator[Any]:
-    """An MLflow run for one pipeline stage (yields None when tracking is off); `experiment` and `run_name`
-    default to the project's experiment and the stage name (the evaluation logs to its own experiment)."""
+def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None,
+        run_name: str | None = None, parent: str | None = None) -> Iterator[Any]:
+    """An MLflow run of `stage` (a DVC stage name such as `train@eg_grpo`, or `check`) in its purpose's
+    experiment, named `run_name` (default: the stage), with the common tags plus `tags`. It nests under
+    `parent` (a run id), else under this pipeline's parent run when the stage runs in one. Yields the run,
+    or None when tracking is off or fails (then one warning line; the body runs either way)."""
+    experiment(stage)  # an unknown stage is a bug to fix, not a tracking failure to warn about
     if not enabled():
         yield None
         return
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline machines: no phone-home attempts
+    active = pipeline_parent = None
+    try:
+        active, pipeline_parent = _start(stage, params, tags, run_name, parent)
+    except Exception as e:  # noqa: BLE001 (a tracking failure must never cost the stage's results)
+        _give_up(f"starting the {stage} run", e)
+    status = "FINISHED"
+    try:
+        yield active
+    except BaseException as e:
+        status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
+        raise
+    finally:
+        if active is not None:
+            with guard(f"ending the {stage} run"):
+                import mlflow
+
+                mlflow.end_run(status)
+                if pipeline_parent is not None:  # the pipeline's run ends with its latest stage, as it ended
+                    mlflow.MlflowClient().set_terminated(pipeline_parent, status)
+
+
+def _pipeline_parent(exp_id: str, pid: str, tags: Mapping[str, str]) -> str:
+    """The id of pipeline `pid`'s parent run in this experiment, created by the first stage that needs it.
+
+    Two stages starting at once may both create one: the earliest wins, the other is deleted."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    query = f"tags.pipeline_id = '{pid}' and tags.kind = 'pipeline'"
+
+    def parents(experiment_ids: list[str]) -> list[Any]:
+        runs = client.search_runs(experiment_ids, filter_string=query, max_results=50)
+        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+
+    found = parents([exp_id])
+    if not found:
+        other = [e.experiment_id for name in _context.config.experiments.values()
+                 if (e := client.get_experiment_by_name(name)) is not None and e.experiment_id != exp_id]
+        earlier = parents(other) if other else []  # the same pipeline's parent elsewhere: the same name
+        name = earlier[0].info.run_name if earlier else f"pipeline {datetime.datetime.now():%Y-%m-%d %H:%M}"
+        keep = ("profile", "git_commit", "git_dirty")
+        mine = client.create_run(exp_id, run_name=name, tags={
+            **{k: redact(tags[k]) for k in keep if k in tags}, "pipeline_id": pid, "kind": "pipeline"})
+        found = parents([exp_id])
+        for r in found[1:]:
+            if r.info.run_id == mine.info.run_id:
+                client.delete_run(mine.info.run_id)
+    parent = found[0].info.run_id
+    client.update_run(parent, status="RUNNING")
+    return parent
+
+
+def run_link(run: Any) -> dict[str, str]:
+    """How to find `run` again: `runs:/<id>` (MLflow APIs) and the path in `mlflow ui`."""
+    return {"run_uri": f"runs:/{run.info.run_id}",
+            "run_link": f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"}
+
+
+# --- what a run logs -----------------------------------------------------------------------------------
+
+def _active() -> bool:
+    if not enabled():
+        return False
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(experiment or EXPERIMENT)
-    tags = {k: redact(v) for k, v in {"stage": stage, **(tags or {})}.items()}
-    with mlflow.start_run(run_name=run_name or stage, tags=tags) as active:
-        if params:  # redact before the cut: half a key would no longer match
-            mlflow.log_params({_mlflow_key(k): redact(v)[:500] for k, v in flatten(params).items()})
-        yield active
+    return mlflow.active_run() is not None
 
 
 def log_metrics(metrics: Mapping[str, Any], prefix: str = "") -> None:
     """Log the numeric leaves of a nested dict (no-op outside a run or when tracking is off)."""
-    if not enabled():
+    if not _active():
         return
     import mlflow
 
-    if mlflow.active_run() is None:
-        return
     flat = {_mlflow_key(k): float(v) for k, v in flatten(metrics, prefix).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    mlflow.log_metrics(flat)
+    with guard("logging metrics"):
+        mlflow.log_metrics(flat)
+
+
+def file_md5(path: Path) -> str:
+    """md5 of a file's bytes (the value DVC records for it), read in blocks."""
+    h = hashlib.md5()  # noqa: S324
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def log_dataset(path: Path | str, context: str, name: str | None = None) -> None:
+    """The prepared split at `path` as the run's input: name `dataset/split` (e.g. scifact/train), digest its
+    md5, source its path (repo-relative when inside the repo); `context` training/validation/evaluation.
+    No-op outside a run, when tracking is off, or when the file is missing."""
+    path = Path(path)
+    if not _active() or not path.is_file():
+        return
+    import mlflow
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.data.sources import LocalArtifactDatasetSource
+
+    root, full = repo_root(), path.resolve()
+    source = full.relative_to(root).as_posix() if full.is_relative_to(root) else full.as_posix()
+    with guard("logging a dataset"):
+        dataset = MetaDataset(LocalArtifactDatasetSource(source), name=name or f"{path.parent.name}/{path.stem}",
+                              digest=file_md5(path))
+        mlflow.log_input(dataset, context=context)
 
 
 def log_artifacts(path: Path | str, artifact_path: str | None = None) -> None:
     """Log a file or a folder as run artifacts, secrets blanked from text files; a binary file holding a
     secret is left out with a warning (no-op outside a run or when tracking is off)."""
-    if not enabled():
+    path = Path(path)
+    if not path.exists() or not _active():
         return
     import mlflow
 
-    path = Path(path)
-    if mlflow.active_run() is None or not path.exists():
-        return
-    with tempfile.TemporaryDirectory(prefix="biocheck-artifacts-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="biocheck-artifacts-") as tmp, guard("logging artifacts"):
         clean = Path(tmp) / path.name
         if path.is_dir():
             clean.mkdir()
@@ -115,26 +492,25 @@ def log_artifacts(path: Path | str, artifact_path: str | None = None) -> None:
 
 def log_text(text: str, artifact_file: str) -> None:
     """`mlflow.log_text` with the secrets blanked (no-op outside a run or when tracking is off)."""
-    if not enabled():
+    if not _active():
         return
     import mlflow
 
-    if mlflow.active_run() is not None:
+    with guard("logging a text artifact"):
         mlflow.log_text(redact(text), artifact_file)
 
 
 def log_table(rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
     """Rows of plain values as an MLflow table (the UI's artifact view lists and filters them), every text
     cell with the secrets blanked (no-op outside a run or when tracking is off, or without rows)."""
-    if not enabled() or not rows:
+    if not rows or not _active():
         return
     import mlflow
 
-    if mlflow.active_run() is None:
-        return
     columns = list(dict.fromkeys(k for r in rows for k in r))
     data = {c: [redact(v) if isinstance(v, str) else v for v in (r.get(c) for r in rows)] for c in columns}
-    mlflow.log_table(data=data, artifact_file=artifact_file)
+    with guard("logging a table"):
+        mlflow.log_table(data=data, artifact_file=artifact_file)
 
 
 def _copy_redacted(src: Path, dest: Path) -> bool:

@@ -13,15 +13,16 @@ import csv
 import dataclasses
 import io
 import json
+import logging
 import math
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from biocheck.evaluate.config import REFERENCE
+from biocheck import tracking
+from biocheck.evaluate.config import DATASETS, REFERENCE
 from biocheck.evaluate.metrics import (  # _encode/_scores: the paired bootstrap scores resamples the same way
     LABEL_SETS,
     OTHER,
@@ -35,7 +36,8 @@ from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import write_text_atomic
 from biocheck.params import plain
 
-EXPERIMENT = "biocheck-eval"
+log = logging.getLogger(__name__)
+
 SCORES = ("accuracy", "macro_precision", "macro_recall", "macro_f1")
 PAIRED = ("accuracy", "macro_f1")  # the differences the paired bootstrap tests
 
@@ -245,19 +247,6 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]])
 
 # --- MLflow -----------------------------------------------------------------------------------------
 
-def git_state(cwd: Path | None = None) -> dict[str, str]:
-    """`git_commit` and `git_dirty` ("true"/"false") for run tags; "unknown" outside a git checkout."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
-                              timeout=30).stdout.strip()
-    try:
-        commit = git("rev-parse", "HEAD")
-        dirty = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
-    except (OSError, subprocess.SubprocessError):
-        return {"git_commit": "unknown", "git_dirty": "unknown"}
-    return {"git_commit": commit, "git_dirty": dirty}
-
-
 def _numbers(d: Mapping[str, Any]) -> dict[str, Any]:
     """Nested metrics with None as NaN: MLflow drops None, and a missing key would misalign the compare view."""
     return {k: (_numbers(v) if isinstance(v, Mapping) else math.nan if v is None else v) for k, v in d.items()}
@@ -280,27 +269,32 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                predictions: Mapping[str, Mapping[str, Sequence[Prediction]]], config: Any, profile: str, *,
                system_tags: Mapping[str, Mapping[str, str]] | None = None, gallery: Path | None = None,
                reference: str = REFERENCE) -> list[str]:
-    """Experiment `biocheck-eval`: a parent run `evaluate` (config, eval JSONs, the `gallery` folder if given)
-    and one child run per (system, dataset) with identical metric keys (nested keys joined by '.', paired
-    tests under `paired.`, NaN where a number does not apply), tags system, dataset, profile, git_commit,
-    git_dirty, model_fingerprint, prompt_hash, system_fingerprint, and the per-claim predictions as a table.
+    """The eval experiment (tracking.experiments.eval): a run `evaluate` (config, eval JSONs, the `gallery`
+    folder if given, the test splits as datasets) and one child run `eval <system> <dataset>` per pair with
+    identical metric keys (nested keys joined by '.', paired tests under `paired.`, NaN where a number does
+    not apply), tags system, dataset, model_fingerprint, prompt_hash, system_fingerprint (plus the common
+    tags, tracking.common_tags), its test split as a dataset and the per-claim predictions as a table. Then
+    each registered version whose alias names an evaluated system (champion: eg_grpo, challenger:
+    outcome_only) and whose weights that system ran gets the metrics as `eval.<dataset>.<metric>` tags.
 
     metrics: {system: {dataset: system_metrics}}; paired: {dataset: paired_tests}; predictions:
     {system: {dataset: [Prediction]}}; system_tags: {system: {"model_fingerprint", "prompt_hash"}} (from the
-    system's episodes). Returns the run ids (none when tracking is off)."""
-    from biocheck import tracking  # noqa: PLC0415 (mlflow is imported only when tracking is on)
-
+    system's episodes). Returns the run ids, the parent's first (none when tracking is off)."""
     params = _params(config)
-    base = {"profile": str(profile), "reference": reference, **git_state(tracking.repo_root())}
+    base = {"reference": reference, **({"profile": str(profile)} if profile else {})}
+    prepared = tracking.current().prepared_dir
+    splits = {d: prepared / f"{DATASETS[d]}.jsonl" for d in DATASETS} if prepared is not None else {}
     ids: list[str] = []
-    with tracking.run("evaluate", params=params, tags={**base, "kind": "summary"}, experiment=EXPERIMENT,
-                      run_name="evaluate") as parent:
+    with tracking.run("evaluate", params=params, tags={**base, "kind": "summary"}, run_name="evaluate") as parent:
         if parent is None:
             return ids
         tracking.log_text(json.dumps(metrics, indent=2), "eval.json")
         tracking.log_text(json.dumps(paired, indent=2), "eval_paired.json")
         if gallery is not None:
             tracking.log_artifacts(gallery, artifact_path="gallery")
+        for dataset in sorted({d for by_dataset in metrics.values() for d in by_dataset}):
+            if dataset in splits:
+                tracking.log_dataset(splits[dataset], context="evaluation")
         ids.append(parent.info.run_id)
     blank = _empty_pair(reference)
     for system, by_dataset in metrics.items():
@@ -311,12 +305,59 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                     "writes_report": str(bool(m.get("writes_report"))).lower(),
                     "model_fingerprint": extra.get("model_fingerprint", "unknown"),
                     "prompt_hash": extra.get("prompt_hash", "unknown"),
-                    "system_fingerprint": preds[0].fingerprint if preds else "unknown",
-                    "mlflow.parentRunId": ids[0]}
+                    "system_fingerprint": preds[0].fingerprint if preds else "unknown"}
             pair = paired.get(dataset, {}).get(system, blank)
-            with tracking.run("evaluate", params=params, tags=tags, experiment=EXPERIMENT,
-                              run_name=f"{system}/{dataset}") as active:
+            with tracking.run("evaluate", params=params, tags=tags, run_name=f"eval {system} {dataset}",
+                              parent=ids[0]) as active:
+                if active is None:  # tracking failed meanwhile (it said so once)
+                    return ids
                 tracking.log_metrics(_numbers({**m, "paired": pair}))
                 tracking.log_table([_row(p) for p in preds], "predictions.json")
+                if dataset in splits:
+                    tracking.log_dataset(splits[dataset], context="evaluation")
                 ids.append(active.info.run_id)
+    tag_registered_versions(metrics, system_tags or {}, ids[0])
     return ids
+
+
+VERSION_METRICS = ("n", *SCORES, "eqs", "ehr", "parseable")  # the numbers a registered version is tagged with
+
+
+def tag_registered_versions(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                            system_tags: Mapping[str, Mapping[str, str]], run_id: str) -> list[str]:
+    """Tag the registered version each alias names (tracking context: the registered model and {system:
+    alias}) with that system's metrics, `eval.<dataset>.<metric>`, and `eval_run` (runs:/<id> of the
+    evaluation), when the version's model_fingerprint is the one the system ran; else say why not. Returns
+    the aliases tagged."""
+    ctx = tracking.current()
+    if not ctx.registered_model or not tracking.enabled():
+        return []
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    tagged = []
+    for system, alias in ctx.aliases.items():
+        if system not in metrics:
+            continue
+        with tracking.guard(f"tagging {ctx.registered_model}@{alias}"):
+            client = MlflowClient()
+            try:
+                version = client.get_model_version_by_alias(ctx.registered_model, alias)
+            except MlflowException:
+                log.info("MLflow: no version of %s has the alias %s; its evaluation metrics stay on the run",
+                         ctx.registered_model, alias)
+                continue
+            ran = (system_tags.get(system) or {}).get("model_fingerprint")
+            if not ran or version.tags.get("model_fingerprint") != ran:
+                log.info("MLflow: %s version %s (%s) is not the model %s ran (fingerprint %s vs %s); not tagged",
+                         ctx.registered_model, version.version, alias, system,
+                         version.tags.get("model_fingerprint", "none"), ran or "unknown")
+                continue
+            for dataset, m in metrics[system].items():
+                for key in VERSION_METRICS:
+                    if isinstance(m.get(key), (int, float)) and not isinstance(m.get(key), bool):
+                        client.set_model_version_tag(ctx.registered_model, version.version,
+                                                     f"eval.{dataset}.{key}", str(m[key]))
+            client.set_model_version_tag(ctx.registered_model, version.version, "eval_run", f"runs:/{run_id}")
+            tagged.append(alias)
+    return tagged

@@ -3,7 +3,9 @@
 Each checkpoint's validation reward is the `eval_reward` TRL logged at its step (save_steps is a
 multiple of eval_steps, so there is one); ties go to the earlier step. The selected weights are
 copied to `models/selected`, the whole table goes to `metrics/selection.json` (+ a CSV curve for DVC
-plots), and the model is registered in the MLflow model registry with the alias `champion`.
+plots), and the model is registered in the MLflow model registry (run `select <variant>` in the train
+experiment): a new version tagged with its validation reward, step, variant, model fingerprint and a
+link to that run, under the alias `champion` (the outcome-only comparison: `challenger`).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return max(scored, key=lambda r: (r["eval_reward"], -r["step"]))  # ties: the earlier step
 
 
-def select(cfg: SelectConfig | None = None) -> dict[str, Any]:
+def select(cfg: SelectConfig | None = None, variant: str = "eg_grpo") -> dict[str, Any]:
+    """Select, copy and write the metrics; register the selection (`variant`: the reward variant trained)."""
     cfg = cfg or SelectConfig()
     rows, history = checkpoint_table(cfg.checkpoints)
     best = choose(rows)
@@ -94,28 +97,38 @@ def select(cfg: SelectConfig | None = None) -> dict[str, Any]:
             for step in sorted(set(train) | set(ev)):
                 w.writerow([step, train.get(step, ""), ev.get(step, "")])
     if cfg.register:
-        result["registered"] = register(cfg, best)
+        result["registered"] = register(cfg, best, variant)
     return result
 
 
-def register(cfg: SelectConfig, best: dict[str, Any]) -> dict[str, Any] | None:
-    """Register models/selected as a new version of `cfg.registered_model` under `cfg.alias` (champion)."""
+def register(cfg: SelectConfig, best: dict[str, Any], variant: str = "eg_grpo") -> dict[str, Any] | None:
+    """Register models/selected as a new version of `cfg.registered_model` under `cfg.alias` (champion), from
+    the run `select <variant>`; None when tracking is off or fails (the selection itself is written)."""
     from biocheck import tracking
+    from biocheck.agent.llm.transformers_backend import model_fingerprint
 
     if not tracking.enabled():
         return None
-    import mlflow
-    from mlflow import MlflowClient
-
-    with tracking.run("select", params={"selected_step": best["step"]}) as run:
+    fingerprint = model_fingerprint(cfg.out_dir)  # evaluate tags this version only if it ran these weights
+    registered = None
+    with tracking.run(f"select@{variant}", run_name=f"select {variant}", params={"selected_step": best["step"]},
+                      tags={"variant": variant, "model_fingerprint": fingerprint}) as run:
+        if run is None:
+            return None
         tracking.log_metrics({"selected_eval_reward": best["eval_reward"], "selected_step": best["step"]})
-        client = MlflowClient()
-        try:
-            client.get_registered_model(cfg.registered_model)
-        except mlflow.exceptions.MlflowException:
-            client.create_registered_model(cfg.registered_model, description="BioCheck agent policy (EG-GRPO)")
-        mv = client.create_model_version(cfg.registered_model, source=cfg.out_dir.resolve().as_uri(),
-                                         run_id=run.info.run_id,
-                                         tags={"step": str(best["step"]), "eval_reward": str(best["eval_reward"])})
-        client.set_registered_model_alias(cfg.registered_model, cfg.alias, mv.version)
-    return {"name": cfg.registered_model, "version": mv.version, "alias": cfg.alias}
+        with tracking.guard("registering the selected model"):
+            import mlflow
+            from mlflow import MlflowClient
+
+            client = MlflowClient()
+            try:
+                client.get_registered_model(cfg.registered_model)
+            except mlflow.exceptions.MlflowException:
+                client.create_registered_model(cfg.registered_model, description="BioCheck agent policy (EG-GRPO)")
+            tags = {"validation_reward": str(best["eval_reward"]), "step": str(best["step"]), "variant": variant,
+                    "model_fingerprint": fingerprint, **tracking.run_link(run)}
+            mv = client.create_model_version(cfg.registered_model, source=cfg.out_dir.resolve().as_uri(),
+                                             run_id=run.info.run_id, tags=tags)
+            client.set_registered_model_alias(cfg.registered_model, cfg.alias, mv.version)
+            registered = {"name": cfg.registered_model, "version": mv.version, "alias": cfg.alias}
+    return registered

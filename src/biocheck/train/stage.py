@@ -76,7 +76,8 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     val_recs = load_split("scifact", "val", c.prepared)
     tool = make_search_tool(c.search)
     prompts = make_prompts(agent_cfg, tool)
-    key = run_key(c, prompts, model_fingerprint(base), [r.id for r in train_recs], [r.id for r in val_recs])
+    base_fingerprint = model_fingerprint(base)
+    key = run_key(c, prompts, base_fingerprint, [r.id for r in train_recs], [r.id for r in val_recs])
     # Under a multi-process launcher (accelerate, torchrun) the first process alone prepares the checkpoint
     # folder, trains the warm start and writes metrics and MLflow runs; the others wait for it, then train.
     state = PartialState()
@@ -113,12 +114,18 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(start)
     bank = make_bank(c)
-    report_to = ["mlflow"] if main and tracking.enabled() else []
-    with (tracking.run if main else _no_run)("train", params={"train": plain(cfg), "agent": plain(agent_cfg), "reward": plain(c.reward),
-                                       "judge": c.judge.spec, "prompt_hash": prompts.hash(), "run_key": key,
-                                       "start": str(start)}) as active:
-        if active is not None:  # transformers' MLflowCallback logs into the active run
+    variant = c.reward.variant
+    with (tracking.run if main else _no_run)(
+            f"train@{variant}", run_name=f"train {variant} seed={cfg.seed}",
+            params={"train": plain(cfg), "agent": plain(agent_cfg), "reward": plain(c.reward), "judge": c.judge.spec,
+                    "prompt_hash": prompts.hash(), "run_key": key, "start": str(start)},
+            tags={"variant": variant, "model_fingerprint": base_fingerprint, "prompt_hash": prompts.hash()}) as active:
+        # transformers' MLflowCallback logs into the active run; none (tracking off or failing): no MLflow at all
+        report_to = ["mlflow"] if active is not None else []
+        if active is not None:
             tracking.log_metrics({f"sft.{k}": v for k, v in sft_stats.items()})
+            tracking.log_dataset(c.prepared / "scifact" / "train.jsonl", context="training")
+            tracking.log_dataset(c.prepared / "scifact" / "val.jsonl", context="validation")
         trainer = make_trainer(model, tokenizer, cfg, to_dataset(train_recs, prompts), to_dataset(val_recs, prompts),
                                env_factory(tool, prompts, agent_cfg.max_searches, agent_cfg.abstract_chars), bank,
                                agent_cfg.max_searches + agent_cfg.max_refusals, report_to,

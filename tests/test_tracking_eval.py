@@ -1,0 +1,120 @@
+"""The evaluation and the model registry in MLflow: `evaluate` with one `eval <system> <dataset>` child per
+pair (test splits as datasets, identical metric keys), nested in its pipeline's parent; `select` registering
+a version tagged with its validation reward, step and run link under champion/challenger; the evaluation's
+metrics written onto the version the evaluated system really ran (by model fingerprint), and only that one."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+from biocheck import tracking
+from biocheck.evaluate.compare import tag_registered_versions
+from biocheck.pipeline import evaluate_stage, select_stage
+from biocheck.tracking import tracking_uri
+from tests.test_eval_stage import project  # noqa: F401 (fixture: prepared test splits, a scripted model)
+from tests.test_train import _fake_checkpoints
+
+
+@pytest.fixture
+def client(monkeypatch):
+    for name in (tracking.PIPELINE_ENV, "DVC_STAGE", "DVC_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    mlflow.set_tracking_uri(tracking_uri())
+    return mlflow.MlflowClient()
+
+
+@pytest.fixture
+def registered(project, client):  # noqa: F811
+    """The project with two selections registered under a model name of its own: champion and challenger."""
+    name = f"biocheck-agent-{uuid.uuid4().hex[:8]}"
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["select"] = {"registered_model": name}
+    params["train"]["out_dir"] = str(_fake_checkpoints(project / "ckpt", {10: 0.2, 20: 0.5}))
+    _fake_checkpoints(project / "ckpt_outcome_only", {10: 0.4})
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    select_stage(project / "params.yaml")
+    select_stage(project / "params.yaml", variant="outcome_only")
+    return name
+
+
+def test_select_registers_versions_with_their_reward_step_and_run_link(registered, client):
+    champion = client.get_model_version_by_alias(registered, "champion")
+    challenger = client.get_model_version_by_alias(registered, "challenger")
+    assert (champion.tags["validation_reward"], champion.tags["step"], champion.tags["variant"]) == ("0.5", "20", "eg_grpo")
+    assert (challenger.tags["validation_reward"], challenger.tags["step"]) == ("0.4", "10")
+    assert challenger.tags["variant"] == "outcome_only"
+    run = client.get_run(champion.run_id)
+    assert run.info.run_name == "select eg_grpo" and run.data.tags["dvc_stage"] == "select@eg_grpo"
+    assert client.get_experiment(run.info.experiment_id).name == "biocheck-train"
+    assert champion.tags["run_uri"] == f"runs:/{run.info.run_id}"
+    assert champion.tags["run_link"] == f"#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    assert champion.tags["model_fingerprint"] == run.data.tags["model_fingerprint"] != challenger.tags["model_fingerprint"]
+
+
+def test_evaluation_metrics_go_onto_the_version_that_was_evaluated_only(registered, client, caplog):
+    champion = client.get_model_version_by_alias(registered, "champion")
+    metrics = {s: {"scifact": {"n": 3, "accuracy": 0.5, "macro_f1": 0.25, "eqs": None, "ci": {"accuracy": {}}}}
+               for s in ("eg_grpo", "outcome_only", "cer")}
+    ran = {"eg_grpo": {"model_fingerprint": champion.tags["model_fingerprint"]},
+           "outcome_only": {"model_fingerprint": "another-model"}}
+    caplog.set_level(logging.INFO, logger="biocheck")
+    with tracking.context(registered_model=registered, aliases={"eg_grpo": "champion", "outcome_only": "challenger"}):
+        assert tag_registered_versions(metrics, ran, "run-1") == ["champion"]
+    tags = client.get_model_version(registered, champion.version).tags
+    assert {k: v for k, v in tags.items() if k.startswith("eval")} == {
+        "eval.scifact.n": "3", "eval.scifact.accuracy": "0.5", "eval.scifact.macro_f1": "0.25",
+        "eval_run": "runs:/run-1"}  # None (eqs) and nested numbers are left out
+    challenger = client.get_model_version_by_alias(registered, "challenger")
+    assert not [k for k in challenger.tags if k.startswith("eval")]
+    assert "is not the model outcome_only ran" in caplog.text
+
+
+def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(registered, client, monkeypatch):
+    pid = f"test-{uuid.uuid4().hex}"
+    monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
+    exp = client.get_experiment_by_name("biocheck-eval").experiment_id
+    runs = client.search_runs([exp], filter_string=f"tags.pipeline_id = '{pid}'")
+    by_name = {r.info.run_name: r for r in runs}
+    pairs = [f"eval {s} {d}" for s in ("eg_grpo", "no_retrieval") for d in ("scifact", "healthfc")]
+    pipeline = next(r for r in runs if r.data.tags.get("kind") == "pipeline")
+    assert sorted(by_name) == sorted([pipeline.info.run_name, "evaluate", *pairs])
+    parent = by_name["evaluate"]
+    assert parent.data.tags["mlflow.parentRunId"] == pipeline.info.run_id
+    splits = {d: project_split(d) for d in ("scifact", "healthfc")}
+    logged = {i.dataset.name: i.dataset.digest for i in client.get_run(parent.info.run_id).inputs.dataset_inputs}
+    assert logged == {f"{d}/test": hashlib.md5(p.read_bytes()).hexdigest() for d, p in splits.items()}
+    keys = None
+    for name in pairs:
+        run = client.get_run(by_name[name].info.run_id)
+        _, system, dataset = name.split()
+        tags = run.data.tags
+        assert (tags["system"], tags["dataset"], tags["dvc_stage"], tags["profile"]) == (
+            system, dataset, "evaluate", "quickstart")
+        assert tags["mlflow.parentRunId"] == parent.info.run_id and tags["model_fingerprint"] != "unknown"
+        [inp] = run.inputs.dataset_inputs
+        assert inp.dataset.name == f"{dataset}/test" and inp.dataset.digest == logged[f"{dataset}/test"]
+        assert keys is None or set(run.data.metrics) == keys  # the compare view lines them up
+        keys = set(run.data.metrics)
+    # the scripted model is not the registered champion: its version keeps no evaluation tags ...
+    champion = client.get_model_version_by_alias(registered, "champion")
+    assert not [k for k in champion.tags if k.startswith("eval")]
+    # ... until the champion's fingerprint is the one eg_grpo ran (as when it runs models/selected)
+    ran = by_name["eval eg_grpo scifact"].data.tags["model_fingerprint"]
+    client.set_model_version_tag(registered, champion.version, "model_fingerprint", ran)
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
+    tags = client.get_model_version(registered, champion.version).tags
+    accuracy = client.get_run(by_name["eval eg_grpo healthfc"].info.run_id).data.metrics["accuracy"]
+    assert float(tags["eval.healthfc.accuracy"]) == pytest.approx(accuracy) and tags["eval.scifact.n"] == "3"
+    assert tags["eval_run"].startswith("runs:/") and tags["eval_run"] != f"runs:/{parent.info.run_id}"  # the latest
+
+
+def project_split(dataset: str) -> Path:
+    return Path("data") / "prepared" / dataset / "test.jsonl"

@@ -1,0 +1,59 @@
+"""No secret from the environment reaches the tracking store: run tracked stages with NCBI_API_KEY,
+OPENAI_API_KEY, HF_TOKEN, GITHUB_TOKEN and MY_SERVICE_TOKEN set (one of them also inside a logged config
+value), then read every byte of the MLflow database and of the artifact store."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import yaml
+from typer.testing import CliRunner
+
+from biocheck import tracking
+from biocheck.cli import app
+from biocheck.pipeline import evaluate_stage, select_stage
+from tests.test_eval_stage import project  # noqa: F401 (fixture: prepared test splits, a scripted model)
+from tests.test_train import _fake_checkpoints
+
+SECRETS = {"NCBI_API_KEY": "ncbi-5ecret-0a1b2c3d", "OPENAI_API_KEY": "sk-5ecret-openai-4e5f6a7b",
+           "HF_TOKEN": "hf_5ecretToken8c9d0e", "GITHUB_TOKEN": "ghp_5ecretGithub1f2a3b",
+           "MY_SERVICE_TOKEN": "svc-5ecret-4c5d6e7f"}
+
+
+def test_tracked_stages_store_no_secret(project, monkeypatch, tmp_path):  # noqa: F811
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    store = tmp_path / "tracking"
+    store.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+    monkeypatch.setenv(tracking.PIPELINE_ENV, "secrets-test")  # pipeline parents too
+    client = mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    for name in tracking.EXPERIMENTS.values():  # artifacts under the store folder too, not the cwd's mlruns/
+        client.create_experiment(name, artifact_location=(store / "artifacts" / name).as_uri())
+
+    # a logged config value holding a secret: the model spec `check --mlflow` logs as agent.llm
+    script = project / f"{SECRETS['OPENAI_API_KEY']}.json"
+    script.write_text((project / "script.json").read_text())
+    claims = project / "claims.jsonl"
+    claims.write_text('{"id": "a", "claim": "Vitamin D prevents fractures."}\n')
+    r = CliRunner().invoke(app, ["check", "--claims", str(claims), "--out", "out", "--llm", f"scripted:{script.name}",
+                                 "--mlflow"])
+    assert r.exit_code == 0, r.output
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["train"]["out_dir"] = str(_fake_checkpoints(project / "ckpt", {10: 0.3}))
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    assert select_stage("params.yaml")["registered"]["alias"] == "champion"
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
+
+    # the runs are there, with the secret in the config blanked
+    [check] = client.search_runs([client.get_experiment_by_name("biocheck-eval").experiment_id],
+                                 filter_string="tags.stage = 'check'")
+    assert check.data.params["agent.llm"] == "scripted:***.json"
+    assert client.list_artifacts(check.info.run_id, "traces")
+    files = [f for f in store.rglob("*") if f.is_file()]
+    assert (store / "mlflow.db") in files and len(files) >= 10  # traces, gallery, tables, eval JSONs
+    leaks = {f"{f.relative_to(store)}: {name}" for f in files for name, value in SECRETS.items()
+             if value.encode() in f.read_bytes() or value in str(f)}
+    assert not leaks, leaks
+    assert json.loads((project / "out" / "summary.json").read_text())["episodes"] == 1
