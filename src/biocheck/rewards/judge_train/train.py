@@ -1,0 +1,200 @@
+"""`biocheck judge train`: train the evidence judge on SciFact train pairs, measure it on SciFact test pairs.
+
+Recipe (`head`, see head.py): frozen backbone, one forward pass per training pair, the answer tokens' rows of
+the LM head fitted by logistic regression on the features of the layer that cross-validates best (grouped by
+claim), the model cut to that layer. Why not fine-tuning: on 2 CPU cores full fine-tuning of SmolLM2 on the
+answer token ran ~15 s per step of 8 pairs and stayed near the majority class after two epochs; measured
+numbers of this recipe are in docs/rewards.md.
+
+Output: an ordinary checkpoint folder (written atomically) that `transformers:<out_dir>` loads unchanged, with
+`judge_train.json` (config, pair counts, chosen layer, metrics) inside, and the test metrics as a DVC metrics
+file. The judge protocol, prompt and cache are those of every other judge.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from biocheck.io import atomic_dir, write_json_atomic
+from biocheck.labels import LABELS
+from biocheck.params import plain
+from biocheck.rewards.judge.base import DEFAULT_MAX_ABSTRACT_CHARS, KEYS
+from biocheck.rewards.judge_train import head
+from biocheck.rewards.judge_train.evaluate import evaluate_judge, score_metrics
+from biocheck.rewards.judge_train.pairs import (
+    LEVELS,
+    JudgeDataError,
+    JudgePair,
+    build_pairs,
+    label_counts,
+    read_claims,
+    read_corpus,
+)
+
+log = logging.getLogger(__name__)
+STATS_FILE = "judge_train.json"
+
+
+@dataclass
+class JudgeTrainConfig:
+    """params.yaml `judge:`; every field of a training run."""
+
+    base: Path = Path("models/base")  # the backbone (a local checkpoint folder or hub id)
+    prepared_dir: Path = Path("data/prepared")
+    out_dir: Path = Path("models/judge")
+    metrics_path: Path | None = Path("metrics/judge.json")
+    level: str = "abstract"  # abstract | sentence: what a training pair shows the judge
+    bm25_per_claim: int = 1  # BM25-retrieved, non-cited documents per claim as NEI pairs
+    max_pairs_per_label: int | None = None  # after balancing; None = as many as the rarest label has
+    train_max_abstract_chars: int = 1500  # shorter training prompts: the forward passes are the cost
+    eval_max_abstract_chars: int = DEFAULT_MAX_ABSTRACT_CHARS  # as the judge reads papers in the reward
+    eval_max_pairs: int | None = None  # a seeded sample of the test pairs; None = all
+    layer: int | None = None  # the layer the head reads (1-based); None = the best by cross-validation
+    folds: int = 4
+    weight_decay: float = 0.03  # L2 pull towards the original rows (best by cross-validation, SmolLM2)
+    steps: int = 100  # L-BFGS iterations of the head fit
+    batch_size: int = 4  # prompts per forward pass
+    seed: int = 0
+    threshold: float = 0.5  # the reward's: a pair counts when its top s exceeds it (reported, not trained)
+    zero_shot: bool = False  # also measure the untrained base as judge on the test pairs (one more pass)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.base, self.prepared_dir, self.out_dir = Path(self.base), Path(self.prepared_dir), Path(self.out_dir)
+        self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
+        if self.level not in LEVELS:
+            raise ValueError(f"judge.level: {self.level!r} must be one of {list(LEVELS)}")
+        for name in ("bm25_per_claim", "steps", "batch_size", "folds"):
+            if getattr(self, name) < (0 if name == "bm25_per_claim" else 1):
+                raise ValueError(f"judge.{name}: {getattr(self, name)} is out of range")
+        if self.layer is not None and self.layer < 1:
+            raise ValueError(f"judge.layer: {self.layer} must be >= 1 (or null: chosen by cross-validation)")
+
+
+def _features(judge: Any, pairs: list[JudgePair], chars: int, cfg: JudgeTrainConfig):
+    judge.max_abstract_chars = chars
+    rows = [judge.prompt_ids(p.claim, p.article()) for p in pairs]
+    x = head.last_states(judge.model, rows, judge.pad_id, cfg.batch_size, cfg.progress)
+    return x, head.other_lse(judge.model, x, [judge.answer_ids[k] for k in KEYS])
+
+
+def _targets(pairs: list[JudgePair]):
+    import torch
+
+    return torch.tensor([KEYS.index(p.label) for p in pairs], dtype=torch.long)
+
+
+def _fit(x, lse, y, init, cfg: JudgeTrainConfig):
+    return head.fit_head(x, lse, y, init, cfg.weight_decay, cfg.steps)
+
+
+def choose_layer(x, lse, y, groups: list[str], init, cfg: JudgeTrainConfig) -> tuple[int, dict[int, float]]:
+    """1-based layer with the best grouped k-fold accuracy (a claim's pairs stay in one fold), ties -> deeper."""
+    import torch
+
+    ids = sorted(set(groups))
+    random.Random(cfg.seed).shuffle(ids)
+    fold_of = {g: i % cfg.folds for i, g in enumerate(ids)}
+    fold = torch.tensor([fold_of[g] for g in groups])
+    accuracy = {}
+    for layer in range(x.shape[1]):
+        correct = 0
+        for f in range(cfg.folds):
+            tr, te = fold != f, fold == f
+            if not te.any() or not tr.any():
+                continue
+            w, _ = _fit(x[tr, layer], lse[tr, layer], y[tr], init, cfg)
+            correct += int((head.head_probs(x[te, layer], lse[te, layer], w).argmax(-1) == y[te]).sum())
+        accuracy[layer + 1] = correct / len(groups)
+    best = max(accuracy, key=lambda k: (round(accuracy[k], 6), k))
+    return best, accuracy
+
+
+def _write_checkpoint(judge: Any, w, layer: int, cfg: JudgeTrainConfig, stats: dict) -> None:
+    head.install_head(judge.model, w, [judge.answer_ids[k] for k in KEYS], layer)
+    with atomic_dir(cfg.out_dir) as tmp:
+        judge.model.save_pretrained(tmp)
+        judge.tokenizer.save_pretrained(tmp)
+        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+
+
+def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
+    """Build pairs, fit the head, write the judge, measure it on test pairs; returns the stats (also written)."""
+    import torch
+
+    from biocheck.rewards.judge import TransformersJudge
+
+    started = time.perf_counter()
+    corpus = read_corpus(cfg.prepared_dir)
+    train_claims = read_claims(cfg.prepared_dir, "train")
+    test_claims = read_claims(cfg.prepared_dir, "test")
+    if not train_claims or not test_claims:
+        raise JudgeDataError(f"{cfg.prepared_dir}/full/scifact.jsonl has {len(train_claims)} train and "
+                             f"{len(test_claims)} test claims; both are needed. Re-run `biocheck data prepare`.")
+    train = build_pairs(train_claims, corpus, level=cfg.level, bm25_per_claim=cfg.bm25_per_claim,
+                        max_per_label=cfg.max_pairs_per_label, seed=cfg.seed)
+    test = build_pairs(test_claims, corpus, level="abstract", bm25_per_claim=0, balance=False, seed=cfg.seed,
+                       split="test")
+    if cfg.eval_max_pairs and len(test) > cfg.eval_max_pairs:
+        test = random.Random(cfg.seed).sample(test, cfg.eval_max_pairs)
+    log.info("judge pairs: train %s, test %s", label_counts(train), label_counts(test))
+
+    torch.manual_seed(cfg.seed)
+    judge = TransformersJudge(str(cfg.base), batch_size=cfg.batch_size, max_abstract_chars=cfg.eval_max_abstract_chars)
+    stats: dict[str, Any] = {"config": plain(cfg), "pairs": {"train": label_counts(train), "test": label_counts(test)}}
+    if cfg.zero_shot:
+        stats["zero_shot"] = _strip(evaluate_judge(judge, test, cfg.threshold))
+
+    n_layers = len(head.backbone(judge.model)[0])
+    if cfg.layer is not None:  # a fixed layer: cut first, so the forward passes stop there
+        head.cut_layers(judge.model, min(cfg.layer, n_layers))
+    x, lse = _features(judge, train, cfg.train_max_abstract_chars, cfg)
+    y = _targets(train)
+    init = judge.model.get_output_embeddings().weight.detach()[[judge.answer_ids[k] for k in KEYS]].float()
+    if cfg.layer is None:
+        layer, cv = choose_layer(x, lse, y, [p.claim_id for p in train], init, cfg)
+    else:
+        layer, cv = x.shape[1], {}
+    w, losses = _fit(x[:, layer - 1], lse[:, layer - 1], y, init, cfg)
+    train_scores = _as_scores(head.head_probs(x[:, layer - 1], lse[:, layer - 1], w))
+    stats.update({"layer": layer, "layers": n_layers, "cv_accuracy": cv,
+                  "loss": {"first": losses[0], "last": losses[-1]},
+                  "train": _strip(score_metrics([p.label for p in train], train_scores, cfg.threshold))})
+    _write_checkpoint(judge, w, layer, cfg, stats)
+
+    trained = TransformersJudge(str(cfg.out_dir), batch_size=cfg.batch_size, max_abstract_chars=cfg.eval_max_abstract_chars)
+    stats["test"] = evaluate_judge(trained, test, cfg.threshold)
+    stats["seconds"] = round(time.perf_counter() - started, 1)
+    (cfg.out_dir / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    if cfg.metrics_path:
+        write_json_atomic(cfg.metrics_path, metrics_of(stats))
+    log.info("judge: test accuracy %.3f macro-F1 %.3f (majority %.3f) in %.0fs", stats["test"]["accuracy"],
+             stats["test"]["macro_f1"], stats["test"]["majority_accuracy"], stats["seconds"])
+    return stats
+
+
+def _as_scores(probs) -> list[dict[str, float]]:
+    return [dict(zip(KEYS, row, strict=True)) for row in probs.tolist()]
+
+
+def _strip(m: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in m.items() if k != "confusion"}
+
+
+def metrics_of(stats: dict[str, Any]) -> dict[str, Any]:
+    """The DVC metrics file: flat numbers for `dvc metrics show/diff`."""
+    t = stats["test"]
+    out = {"accuracy": t["accuracy"], "macro_f1": t["macro_f1"], "ece": t["ece"], "majority_accuracy":
+           t["majority_accuracy"], "above_threshold": t["above_threshold"], "answer_mass": t["answer_mass"],
+           **{f"recall_{label}": t["recall"][label] for label in LABELS}, "n_test": t["n"],
+           "n_train": sum(stats["pairs"]["train"].values()), "layer": stats["layer"], "seconds": stats["seconds"]}
+    if "zero_shot" in stats:
+        out.update({"zero_shot_accuracy": stats["zero_shot"]["accuracy"],
+                    "zero_shot_macro_f1": stats["zero_shot"]["macro_f1"]})
+    return out

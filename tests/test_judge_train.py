@@ -1,0 +1,169 @@
+"""The trained evidence judge: pairs from SciFact rationales, the head recipe, its metrics and its errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from biocheck.data.schema import ClaimRecord, CorpusDoc, GoldEvidence
+from biocheck.rewards.judge_train import train as train_mod
+from biocheck.rewards.judge_train.evaluate import expected_calibration_error, score_metrics
+from biocheck.rewards.judge_train.pairs import (
+    JudgeDataError,
+    build_pairs,
+    claim_pairs,
+    label_counts,
+    read_claims,
+    read_corpus,
+)
+from biocheck.rewards.judge_train.train import JudgeTrainConfig, train_judge
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """data/prepared from a synthetic release through the real `prepare` (train, val and test claims)."""
+    from biocheck.data.prepare import PrepareConfig, build, load_raw, write
+    from tests.builders import write_release
+
+    root = tmp_path_factory.mktemp("judge_data")
+    full, corpus = load_raw(write_release(root / "raw", scifact_train=36, scifact_dev=12, healthfc=6))
+    cfg = PrepareConfig(out_dir=root / "prepared", metrics_path=None)
+    write(build(full, corpus, cfg), cfg, {})
+    return root / "prepared"
+
+
+def _doc(i: int, n: int = 3) -> CorpusDoc:
+    return CorpusDoc(id=str(i), title=f"Study {i}", abstract=[f"Sentence {k} of study {i}." for k in range(n)])
+
+
+def _claim(cid: str, label: str, evidence: dict[str, list[int]], cited: list[str], split: str = "train"):
+    return ClaimRecord(id=cid, dataset="scifact", split=split, claim=f"claim {cid}", label=label,
+                       evidence=[GoldEvidence(doc_id=d, sentences=s, label=label) for d, s in evidence.items()],
+                       cited_doc_ids=cited)
+
+
+def test_claim_pairs_labels_rationale_cited_and_bm25_documents():
+    corpus = {str(i): _doc(i) for i in range(1, 6)}
+    c = _claim("7", "REFUTED", {"1": [2]}, ["1", "2"])
+    pairs = claim_pairs(c, corpus, "abstract", bm25=["1", "2", "3", "4"], bm25_per_claim=1)
+    assert [(p.doc_id, p.label, p.source) for p in pairs] == [
+        ("1", "REFUTED", "rationale"), ("2", "NEI", "cited"), ("3", "NEI", "bm25")]
+    sentences = claim_pairs(c, corpus, "sentence")
+    labelled = {(p.doc_id, p.text): p.label for p in sentences}
+    assert labelled[("1", "Sentence 2 of study 1.")] == "REFUTED"
+    assert labelled[("1", "Sentence 0 of study 1.")] == "NEI"  # a non-rationale sentence of the rationale doc
+    assert {labelled[("2", f"Sentence {k} of study 2.")] for k in range(3)} == {"NEI"}
+    assert len(sentences) == 6
+
+
+def test_build_pairs_balanced_seeded_and_only_train_claims(prepared):
+    corpus = read_corpus(prepared)
+    train = read_claims(prepared, "train")
+    held_out = {c.id for s in ("val", "test") for c in read_claims(prepared, s)}
+    assert train and held_out
+    pairs = build_pairs(train, corpus, bm25_per_claim=1, seed=3)
+    counts = label_counts(pairs)
+    assert len(set(counts.values())) == 1 and counts["NEI"] > 0  # balanced over the three labels
+    assert {p.claim_id for p in pairs} <= {c.id for c in train}
+    assert not {p.claim_id for p in pairs} & held_out
+    assert pairs == build_pairs(train, corpus, bm25_per_claim=1, seed=3)
+    assert pairs != build_pairs(train, corpus, bm25_per_claim=1, seed=4)
+    assert len(build_pairs(train, corpus, max_per_label=2, seed=3)) == 6
+
+
+def test_build_pairs_refuses_val_or_test_claims(prepared):
+    corpus = read_corpus(prepared)
+    leaking = read_claims(prepared, "train") + read_claims(prepared, "val")[:1]
+    with pytest.raises(JudgeDataError, match="val"):
+        build_pairs(leaking, corpus)
+
+
+def test_score_metrics_match_scikit_learn():
+    from sklearn.metrics import accuracy_score, f1_score, recall_score
+
+    rng = np.random.default_rng(0)
+    keys = ("SUPPORTED", "REFUTED", "NEI")
+    gold = [keys[i] for i in rng.integers(0, 3, 60)]
+    raw = rng.dirichlet(np.ones(4), 60)[:, :3]  # three answer tokens + the rest of the vocabulary
+    scores = [dict(zip(keys, map(float, row), strict=True)) for row in raw]
+    pred = [keys[int(np.argmax(row))] for row in raw]
+    m = score_metrics(gold, scores)
+    assert m["accuracy"] == pytest.approx(accuracy_score(gold, pred))
+    assert m["macro_f1"] == pytest.approx(f1_score(gold, pred, labels=list(keys), average="macro", zero_division=0))
+    for k, r in zip(keys, recall_score(gold, pred, labels=list(keys), average=None, zero_division=0), strict=True):
+        assert m["recall"][k] == pytest.approx(r)
+    assert m["above_threshold"] == pytest.approx(np.mean(raw.max(1) > 0.5))
+    assert m["majority_accuracy"] == max(gold.count(k) for k in keys) / 60
+
+
+def test_expected_calibration_error_by_hand():
+    # bin (0.2, 0.3]: conf 0.25, acc 0 -> 0.25; bin (0.8, 0.9]: conf 0.9 both, acc 0.5 -> 0.4; weights 1/3, 2/3
+    assert expected_calibration_error([0.25, 0.9, 0.9], [False, True, False]) == pytest.approx(0.25 / 3 + 0.4 * 2 / 3)
+    assert expected_calibration_error([1.0, 1.0], [True, True]) == 0.0
+
+
+def test_train_judge_tiny_model_writes_a_judge_the_protocol_loads(prepared, tiny_model, tmp_path, monkeypatch):
+    from biocheck.rewards.judge import TransformersJudge
+    from biocheck.rewards.judge_train.evaluate import evaluate_judge
+
+    seen = []
+    real = train_mod.build_pairs
+
+    def spy(claims, *args, **kwargs):
+        seen.append((kwargs.get("split", "train"), {c.split for c in claims}))
+        return real(claims, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "build_pairs", spy)
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge",
+                           metrics_path=tmp_path / "metrics" / "judge.json", steps=150, folds=2, progress=False)
+    stats = train_judge(cfg)
+    assert seen[0] == ("train", {"train"})  # the training pairs come from train claims only
+    assert stats["loss"]["last"] < stats["loss"]["first"]
+    assert 1 <= stats["layer"] <= stats["layers"]
+    metrics = json.loads((tmp_path / "metrics" / "judge.json").read_text())
+    assert metrics["accuracy"] == stats["test"]["accuracy"] and 0 <= metrics["ece"] <= 1
+    assert metrics["n_test"] == sum(stats["pairs"]["test"].values())
+
+    judge = TransformersJudge(str(cfg.out_dir), max_abstract_chars=cfg.train_max_abstract_chars)
+    assert judge.model.config.num_hidden_layers == stats["layer"]
+    train_pairs = real(read_claims(prepared, "train"), read_corpus(prepared), seed=cfg.seed)
+    scores = judge.score([(p.claim, p.article()) for p in train_pairs])
+    assert all(sum(s.values()) <= 1 + 1e-9 and min(s.values()) >= 0 for s in scores)
+    # The written model reproduces the fitted head: its protocol scores give the fit's training accuracy.
+    again = evaluate_judge(judge, train_pairs)
+    assert again["accuracy"] == pytest.approx(stats["train"]["accuracy"])
+    assert math.isclose(again["answer_mass"], stats["train"]["answer_mass"], rel_tol=1e-3)
+
+
+def test_missing_prepared_data_is_one_clear_line(tmp_path):
+    with pytest.raises(JudgeDataError) as e:
+        train_judge(JudgeTrainConfig(prepared_dir=tmp_path / "nowhere", out_dir=tmp_path / "judge", progress=False))
+    assert "\n" not in str(e.value) and "biocheck data prepare" in str(e.value)
+    assert not (tmp_path / "judge").exists()
+
+
+def test_no_pairs_is_one_clear_line():
+    claims = [_claim("1", "SUPPORTED", {"99": [0]}, ["99"])]  # its document is not in the corpus
+    with pytest.raises(JudgeDataError, match="no judge pairs") as e:
+        build_pairs(claims, {"1": _doc(1)}, bm25_per_claim=0)
+    assert "\n" not in str(e.value)
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="judge.level"):
+        JudgeTrainConfig(level="paragraph")
+    with pytest.raises(ValueError, match="judge.layer"):
+        JudgeTrainConfig(layer=0)
+
+
+def test_fixed_layer_cuts_the_model_before_the_features(prepared, tiny_model, tmp_path):
+    from biocheck.rewards.judge import TransformersJudge
+
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge", metrics_path=None,
+                           layer=1, steps=20, eval_max_pairs=5, progress=False)
+    stats = train_judge(cfg)
+    assert stats["layer"] == 1 and stats["cv_accuracy"] == {} and stats["test"]["n"] == 5
+    assert TransformersJudge(str(cfg.out_dir)).model.config.num_hidden_layers == 1
