@@ -12,11 +12,8 @@ parent run (biocheck.tracking).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 if __package__ != "flows":  # run as a script: make the `flows` package (the repo root) importable
@@ -27,11 +24,11 @@ from prefect.deployments import run_deployment  # noqa: E402
 from prefect.exceptions import ObjectNotFound  # noqa: E402
 from prefect.runtime import flow_run  # noqa: E402
 
+from biocheck import tracking  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry  # noqa: E402
 from biocheck.pipeline import orchestrate_config, params_of  # noqa: E402
 from biocheck.rewards.components import VARIANTS  # noqa: E402
-from biocheck.tracking import PIPELINE_ENV  # noqa: E402
 from flows.data import data_flow  # noqa: E402
 from flows.evidence import evidence_flow  # noqa: E402
 from flows.tasks import evaluate_task, main, pull_task, push_task  # noqa: E402
@@ -43,7 +40,7 @@ def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = Tru
     """Run every stage that is not up to date, in dvc.yaml's order; pull outputs from the DVC remote first
     and push them after success (`pull`/`push`, when orchestrate.dvc_remote is set)."""
     # secrets blanked in this run's log lines and in any error leaving it; the stages' MLflow runs nested
-    with entry.redacted(), pipeline_id(str(flow_run.id or uuid.uuid4())):  # (no flow run: called as a function)
+    with entry.redacted(), tracking.in_pipeline(str(flow_run.id or uuid.uuid4())):  # (no flow run: called as a function)
         path = dvc.params_file(root, params)
         root, params = str(path.parent), str(path)
         cfg = orchestrate_config(params_of(path))
@@ -63,20 +60,6 @@ def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = Tru
         return out
 
 
-@contextlib.contextmanager
-def pipeline_id(value: str) -> Iterator[None]:
-    """BIOCHECK_PIPELINE_ID for the DVC stages this flow starts (their environment is this process's)."""
-    old = os.environ.get(PIPELINE_ENV)
-    os.environ[PIPELINE_ENV] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(PIPELINE_ENV, None)
-        else:
-            os.environ[PIPELINE_ENV] = old
-
-
 def train_step(params: str, root: str, deployment: str | None) -> dict:
     """The training flow in-process, or as `deployment` (FLOW/DEPLOYMENT) on its work pool, waited for.
 
@@ -85,7 +68,9 @@ def train_step(params: str, root: str, deployment: str | None) -> dict:
     if deployment is None:
         return train_flow(params=params, root=root)
     try:
-        run = run_deployment(name=deployment, parameters={"params": params, "root": root}, timeout=None)
+        # the deployment's stages nest their MLflow runs under this pipeline's parent runs too
+        parameters = {"params": params, "root": root, "pipeline_id": tracking.pipeline_id()}
+        run = run_deployment(name=deployment, parameters=parameters, timeout=None)
     except ObjectNotFound:
         raise InputError(f"orchestrate.train_deployment: no Prefect deployment {deployment!r}: create it "
                          "(`prefect deploy` with prefect.yaml) or set orchestrate.train_deployment: null to "

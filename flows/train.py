@@ -16,6 +16,7 @@ if __package__ != "flows":  # run as a script: make the `flows` package (the rep
 
 from prefect import flow  # noqa: E402
 
+from biocheck import tracking  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry  # noqa: E402
 from biocheck.rewards.components import VARIANTS  # noqa: E402
@@ -24,10 +25,12 @@ from flows.tasks import main, model_task, select_task, train_task  # noqa: E402
 
 @flow(name="biocheck-train", log_prints=True)
 def train_flow(params: str = "params.yaml", root: str = ".", variants: list[str] | None = None,
-               init_model: bool = True) -> dict:
+               init_model: bool = True, pipeline_id: str | None = None) -> dict:
     """Build/fetch the base model (optional), train each reward variant (default: all, dvc.yaml's train@...
-    stages), then select each one's best checkpoint."""
-    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+    stages), then select each one's best checkpoint. `pipeline_id`: the calling pipeline's (flows/pipeline.py
+    passes it to the train deployment), so these stages' MLflow runs nest under that pipeline's parents."""
+    # secrets blanked in this run's log lines and in any error leaving it
+    with entry.redacted(), tracking.in_pipeline(pipeline_id):
         root = str(dvc.params_file(root, params).parent)
         variants = list(VARIANTS) if variants is None else list(variants)
         unknown = [v for v in variants if v not in VARIANTS]

@@ -121,6 +121,7 @@ def test_training_runs_as_the_deployment_when_one_is_set(steps, tmp_path):
     out = pipe.pipeline_flow.fn(root=str(root))
     assert _names(steps) == ["data", "evidence", "deployment", "status", "evaluate"]  # no in-process training
     _, (name,), kw = steps.calls[2]
+    assert kw["parameters"].pop("pipeline_id")  # the deployment's MLflow runs nest under this pipeline's parents
     assert name == DEPLOYMENT and kw == {"parameters": {"params": str(root / "params.yaml"), "root": str(root)},
                                          "timeout": None}  # waits until the run ends
     targets = steps.calls[3][1][1]

@@ -226,6 +226,24 @@ def pipeline_id() -> str | None:
     return _dvc_ancestor() if os.environ.get("DVC_STAGE") else None
 
 
+@contextlib.contextmanager
+def in_pipeline(value: str | None) -> Iterator[None]:
+    """$BIOCHECK_PIPELINE_ID = `value` for the DVC stages started inside (their environment is this process's);
+    None leaves the environment as it is. The Prefect flows use it: one flow run = one pipeline in MLflow."""
+    if not value:
+        yield
+        return
+    old = os.environ.get(PIPELINE_ENV)
+    os.environ[PIPELINE_ENV] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(PIPELINE_ENV, None)
+        else:
+            os.environ[PIPELINE_ENV] = old
+
+
 def _dvc_ancestor() -> str | None:
     """`dvc-<boot>-<pid>-<start ticks>` of the nearest `dvc` process above this one (Linux /proc; else None)."""
     try:
