@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -95,60 +94,3 @@ def tiny_model(tmp_path_factory):
     from tests.builders import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"))
-
-
-SERVER_FIXTURES = {"prefect_api", "prefect_test_server"}
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _prefect_start(request, tmp_path_factory):
-    """The shared Prefect server, begun at the start of the session in the background when a selected test
-    needs it (a process of its own: its ~20 s start-up overlaps the tests before). When a test starts a
-    server of its own too (prefect_db), a migrated database is made first and both start on copies: a new
-    database costs a server's first start ~15 s of migrations."""
-    needs = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
-    if not needs & SERVER_FIXTURES:
-        yield None
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    import prefect.server.api.server  # noqa: F401  (imported here, not in the thread: it holds the GIL)
-
-    from tests.prefect_server import copy_db, migrated_db, start_test_api
-
-    folder = tmp_path_factory.mktemp("prefect")
-    pool = ThreadPoolExecutor(1)  # one thread: the server waits for the database
-    db = pool.submit(migrated_db, folder / "migrated.db") if "prefect_db" in needs else None
-    server = pool.submit(lambda: start_test_api(copy_db(db.result(), folder / "prefect.db") if db
-                                                else folder / "prefect.db"))
-    try:
-        yield SimpleNamespace(db=db, server=server)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # a session that ended early starts no server
-        if not server.cancelled() and server.exception() is None:
-            server.result().stop()
-
-
-@pytest.fixture(scope="session")
-def prefect_db(_prefect_start) -> Path | None:
-    """An empty Prefect database with every migration applied, to start a server on a copy of it
-    (tests/prefect_server.py); None where no other server starts in this session (start on a new one:
-    making it would cost as much as the migrations it saves)."""
-    return _prefect_start.db.result() if _prefect_start is not None else None
-
-
-@pytest.fixture(scope="session")
-def prefect_test_server(_prefect_start):
-    """One temporary Prefect API server (its own SQLite database) for every test that runs flows in this
-    process, stopped at the end of the session."""
-    return _prefect_start.server.result()
-
-
-@pytest.fixture(scope="module")
-def prefect_api(prefect_test_server):
-    """The module's flows run against the session's Prefect server (its URL); the server is shared, so a test
-    that reads runs, logs or artifacts back picks out its own (by flow run id, or the newest)."""
-    from tests.prefect_server import using_api
-
-    with using_api(prefect_test_server) as url:
-        yield url

@@ -64,10 +64,8 @@ def server(monkeypatch):
 
 
 @pytest.fixture
-def project(evidence_workdir: Path, monkeypatch) -> Path:
-    """Prepared test splits, every system on `openai:fake` (the fake server), no judge, 3 shards, 2 workers.
-    No MLflow runs (seconds per evaluation; the evaluation's runs are checked in test_eval_compare.py)."""
-    monkeypatch.setenv("BIOCHECK_TRACKING", "off")  # before any Dask worker starts: they inherit it
+def project(evidence_workdir: Path) -> Path:
+    """Prepared test splits, every system on `openai:fake` (the fake server), no judge, 3 shards, 2 workers."""
     write_test_splits(evidence_workdir, CLAIMS)
     params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
     params["agent"]["llm"] = "openai:fake"
@@ -243,8 +241,16 @@ def test_a_worker_outside_the_project_is_a_clear_error(project):
 
 # --- the flow on a 2-worker LocalCluster ----------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
 @pytest.mark.slow
-def test_the_flow_on_two_dask_workers_equals_the_serial_stage(prefect_api, project, server):
+def test_the_flow_on_two_dask_workers_equals_the_serial_stage(prefect_harness, project, server):
     result = evaluate_flow("params.yaml", out="flow")
     n_claims = sum(len(rows) for rows in CLAIMS.values())
     ran = episodes_started(server)
@@ -264,7 +270,7 @@ def test_the_flow_on_two_dask_workers_equals_the_serial_stage(prefect_api, proje
 
 
 @pytest.mark.slow
-def test_the_flow_checks_systems_and_model_before_any_work(prefect_api, project, server):
+def test_the_flow_checks_systems_and_model_before_any_work(prefect_harness, project, server):
     with pytest.raises(InputError, match="--systems gpt5: systems: unknown 'gpt5'"):
         evaluate_flow("params.yaml", systems=["gpt5"], out="bad")
     with pytest.raises(InputError, match="--model latest: unknown model"):
@@ -273,11 +279,8 @@ def test_the_flow_checks_systems_and_model_before_any_work(prefect_api, project,
 
 
 @pytest.mark.slow
-def test_a_model_that_fails_to_load_on_the_workers_fails_the_flow_with_its_own_error(prefect_api, project,
+def test_a_model_that_fails_to_load_on_the_workers_fails_the_flow_with_its_own_error(prefect_harness, project,
                                                                                       server):
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params["orchestrate"]["dask_workers"] = 1  # one worker process to fail on (each costs ~10 s of imports)
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(LLMError, match="/nonexistent/model: no such model directory"):
         evaluate_flow("params.yaml", systems=["eg_grpo"], model="transformers:/nonexistent/model", out="bad")
     assert not server.requests and not (project / "bad" / "eval.json").exists()

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -224,24 +223,13 @@ def test_a_stopped_run_stops_its_stage_and_leaves_no_lock(proj, monkeypatch):
     def timeout(*_):
         raise TimeoutError("task timed out")
 
-    done = threading.Event()
-
-    def strike() -> None:  # the timeout strikes once the stage runs (it has written its pid)
-        while not done.is_set():
-            if (proj / "slow.pid").is_file() and (proj / "slow.pid").read_text().strip():
-                os.kill(os.getpid(), signal.SIGALRM)
-                return
-            done.wait(0.05)
-
     old = signal.signal(signal.SIGALRM, timeout)
-    striker = threading.Thread(target=strike, daemon=True)
     try:
-        striker.start()
+        signal.setitimer(signal.ITIMER_REAL, 4.0)
         with pytest.raises(TimeoutError):
             dvc.repro("slow", proj)
     finally:
-        done.set()
-        striker.join()
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     pid = int((proj / "slow.pid").read_text())
     assert not _alive(pid), "the stage kept running after its caller stopped"

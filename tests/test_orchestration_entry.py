@@ -105,15 +105,14 @@ def test_quiet_failures_returns_a_failed_state_carrying_the_error(monkeypatch):
 
 
 @pytest.mark.slow
-def test_secrets_never_reach_the_run_logs_prefect_keeps(monkeypatch, prefect_test_server):
+def test_secrets_never_reach_the_run_logs_prefect_keeps(monkeypatch):
     """A flow run's log lines and its failure message, as the Prefect API stores them, have the key blanked."""
     import asyncio
 
     from prefect import flow
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
-    from tests.prefect_server import using_api
+    from prefect.testing.utilities import prefect_test_harness
 
     monkeypatch.setenv("NCBI_API_KEY", SECRET)
 
@@ -129,7 +128,7 @@ def test_secrets_never_reach_the_run_logs_prefect_keeps(monkeypatch, prefect_tes
             run = await client.read_flow_run(run_id)
         return [log.message for log in found] + [run.state.message or ""]
 
-    with using_api(prefect_test_server):  # the session's server, for this test only
+    with prefect_test_harness(server_startup_timeout=120):
         state = leaky(return_state=True)
         assert state.is_failed()
         from prefect.logging.handlers import APILogHandler

@@ -59,26 +59,23 @@ def _metric(work: Path, name: str) -> dict:
     return json.loads((work / "metrics" / f"{name}.json").read_text())
 
 
-def _repro_twice_then_change_subset(work: Path, env: dict, corpus_docs: int, track: bool) -> None:
-    """`track`: the first repro's stages log to MLflow. The reruns never do: MLflow costs a stage process ~3 s
-    of start-up, and the stages' runs under `dvc repro` are checked in test_tracking_dvc.py."""
+def _repro_twice_then_change_subset(work: Path, env: dict, corpus_docs: int) -> None:
     params = yaml.safe_load((work / "params.yaml").read_text())
     subset = params["data"]["subset"]["train"]
-    untracked = {**env, "BIOCHECK_TRACKING": "off"}
 
-    out = _dvc(work, env if track else untracked, "repro", "evidence")
+    out = _dvc(work, env, "repro", "evidence")
     for stage in ("fetch", "prepare", "validate", "evidence"):
         assert f"Running stage '{stage}'" in out
     assert _metric(work, "evidence")["index"]["docs"] == corpus_docs
     assert _metric(work, "validation")["success"] is True and _metric(work, "validation")["failed"] == 0
     assert _metric(work, "data")["working"]["scifact"]["train"]["total"] == subset
 
-    out = _dvc(work, untracked, "repro", "evidence")
+    out = _dvc(work, env, "repro", "evidence")
     assert "Running stage" not in out and "up to date" in out
 
     params["data"]["subset"]["train"] = subset - 24
     (work / "params.yaml").write_text(yaml.safe_dump(params))
-    out = _dvc(work, untracked, "repro", "evidence")
+    out = _dvc(work, env, "repro", "evidence")
     assert "Stage 'fetch' didn't change, skipping" in out
     assert "Running stage 'prepare'" in out and "Running stage 'validate'" in out
     assert "Running stage 'evidence'" not in out  # same corpus, validation still passing
@@ -89,7 +86,7 @@ def _repro_twice_then_change_subset(work: Path, env: dict, corpus_docs: int, tra
 def test_dvc_repro_on_a_synthetic_release(tmp_path):
     sizes = official_sizes()
     work, env = _workspace(tmp_path, write_release(tmp_path / "mirror", **sizes))
-    _repro_twice_then_change_subset(work, env, corpus_docs=len(synthetic_corpus()), track=True)
+    _repro_twice_then_change_subset(work, env, corpus_docs=len(synthetic_corpus()))
     full = _metric(work, "data")["full"]  # counts of the synthetic release, through fetch and prepare
     assert full["scifact"]["train"]["total"] + full["scifact"]["val"]["total"] == sizes["scifact_train"]
     assert full["scifact"]["test"]["total"] == sizes["scifact_dev"]
@@ -101,7 +98,7 @@ def test_dvc_repro_on_a_synthetic_release(tmp_path):
 @pytest.mark.slow
 def test_dvc_repro_on_the_real_data(real_mirror, tmp_path):
     work, env = _workspace(tmp_path, real_mirror)
-    _repro_twice_then_change_subset(work, env, corpus_docs=5183, track=False)
+    _repro_twice_then_change_subset(work, env, corpus_docs=5183)
 
 
 # --- dvc.yaml against the code ---------------------------------------------------------------------

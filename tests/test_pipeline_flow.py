@@ -212,39 +212,26 @@ def test_validation_markdown_carries_the_summary_biocheck_prints():
 # --- `python flows/<flow>.py` -------------------------------------------------------------------------
 
 def _script(flow: str, cwd: Path, *args: str, **env: str):
-    """`python flows/FLOW.py ARGS`, started (see _finished)."""
     import os
     import subprocess
     import sys
 
-    return subprocess.Popen([sys.executable, str(REPO / "flows" / f"{flow}.py"), *args], cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env})
-
-
-def _finished(proc) -> SimpleNamespace:
-    """A started script once it has exited: returncode, stdout, stderr."""
-    try:
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        proc.kill()  # nothing once it has exited; a hung script does not outlive the test
-        proc.wait()
-    return SimpleNamespace(returncode=proc.returncode, stdout=stdout, stderr=stderr)
+    return subprocess.run([sys.executable, str(REPO / "flows" / f"{flow}.py"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env})
 
 
 @pytest.mark.parametrize("flow", ["pipeline", "train"])
 def test_scripts_fail_in_one_line_on_another_params_file_or_an_unreachable_server(tmp_path, flow):
     root = _project(tmp_path / "p", dvc_remote=None)
-    # both at once (each spends seconds importing Prefect and biocheck); they share nothing they write
-    other, unreachable = [_finished(proc) for proc in (
-        _script(flow, root, "other.yaml"),
-        _script(flow, root, "params.yaml", PREFECT_API_URL="http://127.0.0.1:9/api"))]  # nothing listens on 9
-    assert other.returncode == 1
-    assert other.stderr.strip().splitlines() == [
+    p = _script(flow, root, "other.yaml")
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == [
         f"error: params other.yaml: DVC stages read {root.resolve() / 'params.yaml'}, not "
         f"{root.resolve() / 'other.yaml'}; edit that file (e.g. `biocheck profile use ...`) or pass "
         "root=<the project holding other.yaml>"]
 
-    assert unreachable.returncode == 1 and "Traceback" not in unreachable.stderr
-    assert unreachable.stderr.strip().splitlines()[-1] == (
+    p = _script(flow, root, "params.yaml", PREFECT_API_URL="http://127.0.0.1:9/api")  # nothing listens on 9
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
         "error: no Prefect server answers at PREFECT_API_URL=http://127.0.0.1:9/api: start it (`prefect server "
         "start`), fix the URL, or unset PREFECT_API_URL to run with a temporary local server")
