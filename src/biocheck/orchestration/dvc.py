@@ -174,6 +174,19 @@ def push(root: Path | str = ".", remote: str = "local",
 
 # --- running dvc -------------------------------------------------------------------------------------
 
+def metrics_diff(root: Path | str, base: str, targets: Sequence[str], timeout: float | None = None) -> str:
+    """`dvc metrics diff BASE --md --targets ...` as Markdown ("" when nothing changed); DvcError says why not."""
+    try:
+        p = subprocess.run(_command(["metrics", "diff", base, "--md", "--targets", *targets]), cwd=root, env=_env(),
+                           capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise DvcError(f"could not run: {redact(e)}") from None
+    if p.returncode != 0:
+        raise DvcError(f"failed (exit {p.returncode}): "
+                       f"{_reason([x.strip() for x in (p.stdout + p.stderr).splitlines() if x.strip()])}")
+    return p.stdout.strip()
+
+
 def _command(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "dvc", *args]  # DVC of this environment, whatever PATH says
 

@@ -20,11 +20,7 @@ from pathlib import Path
 
 from biocheck.evaluate.config import EvaluateConfig
 from biocheck.evaluate.gallery_svg import interval, number
-from biocheck.orchestration.dvc import (  # DVC of this environment, run as the flows run it (same package)
-    _command,
-    _env,
-    _reason,
-)
+from biocheck.orchestration.dvc import DvcError, metrics_diff
 from biocheck.secrets import redact
 
 MARKER = "<!-- biocheck-pr-eval -->"  # the comment's first line: the workflow finds the comment to update by it
@@ -306,14 +302,10 @@ def _dvc_diff(cfg: PrCommentConfig, skip: str | None) -> str:
         return "Not run: the base ref is not available."
     targets = [Path(cfg.metrics_path).as_posix(), Path(cfg.paired_path).as_posix()]
     try:
-        p = subprocess.run(_command(["metrics", "diff", cfg.base, "--md", "--targets", *targets]), cwd=cfg.root,
-                           env=_env(), capture_output=True, text=True, timeout=cfg.dvc_timeout_s)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"`dvc metrics diff` could not run: {_md(e)}"
-    if p.returncode != 0:
-        reason = _reason([x.strip() for x in (p.stdout + p.stderr).splitlines() if x.strip()])
-        return f"`dvc metrics diff` failed (exit {p.returncode}): {_md(reason)}"
-    return p.stdout.strip() or "No metric changed."
+        diff = metrics_diff(cfg.root, cfg.base, targets, timeout=cfg.dvc_timeout_s)
+    except DvcError as e:
+        return f"`dvc metrics diff` {_md(e)}"
+    return diff or "No metric changed."
 
 
 def _details(diff: str, budget: int) -> str:
