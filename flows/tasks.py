@@ -33,6 +33,7 @@ TIMEOUT_S = {
     "validate": HOUR,
     "evidence": 12 * HOUR,  # the paper profile may index PubMed baseline files
     "model": 2 * HOUR,  # may download a multi-GB base model
+    "judge": 4 * HOUR,  # one pass over the training pairs and one over the test pairs
     "train": 72 * HOUR,  # one GRPO run; a rerun resumes from its last checkpoint
     "select": HOUR,
     "evaluate": 24 * HOUR,  # seven systems on the full test sets
@@ -105,6 +106,11 @@ def evidence_task(root: str = ".") -> dict[str, Any]:
 @task(name="model", timeout_seconds=TIMEOUT_S["model"])
 def model_task(root: str = ".") -> dict[str, Any]:
     return run_stage("model", root)
+
+
+@task(name="judge", tags=["gpu"], timeout_seconds=TIMEOUT_S["judge"])
+def judge_task(root: str = ".") -> dict[str, Any]:
+    return run_stage("judge", root)
 
 
 # `gpu`: a work pool, or a tag concurrency limit (`prefect concurrency-limit create gpu 1`), routes it.

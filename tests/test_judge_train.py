@@ -167,3 +167,51 @@ def test_fixed_layer_cuts_the_model_before_the_features(prepared, tiny_model, tm
     stats = train_judge(cfg)
     assert stats["layer"] == 1 and stats["cv_accuracy"] == {} and stats["test"]["n"] == 5
     assert TransformersJudge(str(cfg.out_dir)).model.config.num_hidden_layers == 1
+
+
+def test_train_false_measures_the_base_zero_shot_and_writes_no_model(prepared, tiny_model, tmp_path):
+    """The paper profile's judge: the base itself; the stage records how well it judges and trains nothing."""
+    from biocheck.rewards.judge import TransformersJudge
+    from biocheck.rewards.judge_train.evaluate import evaluate_judge
+
+    cfg = JudgeTrainConfig(train=False, base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge",
+                           metrics_path=tmp_path / "judge.json", eval_max_pairs=6, progress=False)
+    stats = train_judge(cfg)
+    assert sorted(p.name for p in cfg.out_dir.iterdir()) == [train_mod.STATS_FILE]  # no weights to mistake for a judge
+    assert stats["pairs"]["train"] == {"SUPPORTED": 0, "REFUTED": 0, "NEI": 0} and stats["test"]["n"] == 6
+    metrics = json.loads((tmp_path / "judge.json").read_text())
+    assert metrics["trained"] == 0 and metrics["zero_shot_accuracy"] == metrics["accuracy"]
+    # the numbers are the base model's own, through the judge protocol
+    test = train_mod.build_pairs(read_claims(prepared, "test"), read_corpus(prepared), level="abstract",
+                                 bm25_per_claim=0, balance=False, seed=0, split="test")
+    import random
+    sample = random.Random(0).sample(test, 6)
+    again = evaluate_judge(TransformersJudge(str(tiny_model)), sample)
+    assert again["accuracy"] == pytest.approx(metrics["accuracy"])
+
+
+def test_judge_train_cli_writes_the_judge_and_fails_in_one_line(prepared, tiny_model, tmp_path, monkeypatch):
+    import yaml
+    from typer.testing import CliRunner
+
+    from biocheck.cli import app
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BIOCHECK_TRACKING", "off")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["data"]["out_dir"] = str(prepared)
+    params["judge"].update(base=str(tiny_model), steps=20, folds=2, eval_max_pairs=4)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    result = CliRunner().invoke(app, ["judge", "train", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "judge: test accuracy" in result.output and "n=4" in result.output
+    assert (tmp_path / "models" / "judge" / "config.json").is_file()
+    assert json.loads((tmp_path / "metrics" / "judge.json").read_text())["n_test"] == 4
+
+    params["data"]["out_dir"] = "nowhere"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    result = CliRunner().invoke(app, ["judge", "train", "--no-progress", "--out-dir", "models/judge2"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.startswith("error:") and len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "models" / "judge2").exists()

@@ -47,7 +47,8 @@ def build_all(params: dict[str, Any]) -> dict[str, Any]:
     reward, judge = pl.reward_config(p)
     built = {"fetch": pl.fetch_config(p), "data": pl.prepare_config(p), "validate": pl.validate_config(p),
              "evidence": pl.evidence_config(p), "search": pl.search_config(p), "model": pl.model_config(p),
-             "agent": pl.agent_config(p), "reward": reward, "judge": judge, "train": pl.train_config(p),
+             "agent": pl.agent_config(p), "reward": reward, "reward_judge": judge, "judge": pl.judge_config(p),
+             "train": pl.train_config(p),
              "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p),
              "orchestrate": pl.orchestrate_config(p), "tracking": pl.tracking_config(p)}
     return _plain(built)
@@ -124,7 +125,7 @@ ACCEPTED = {
     "validate": "biocheck.data.validate:ValidateConfig", "evidence": "biocheck.pubmed.build:EvidenceConfig",
     "search": "biocheck.pubmed.search:SearchConfig", "model": "biocheck.models.stage:ModelConfig",
     "agent": "biocheck.agent.episode:AgentConfig", "reward": "biocheck.rewards.components:RewardConfig",
-    "train": "biocheck.train.grpo:TrainConfig", "select": "biocheck.train.select:SelectConfig",
+    "judge": "biocheck.rewards.judge_train.train:JudgeTrainConfig", "train": "biocheck.train.grpo:TrainConfig", "select": "biocheck.train.select:SelectConfig",
     "evaluate": "biocheck.evaluate.config:EvaluateConfig",
     "orchestrate": "biocheck.orchestration.config:OrchestrateConfig",
     "tracking": "biocheck.tracking:TrackingConfig",
@@ -133,7 +134,8 @@ ACCEPTED = {
 
 # A path two stages share is one key, in its owner's section; set in the other section too, it is rejected.
 SHARED = {("fetch", "raw_dir"): "data.raw_dir", ("validate", "prepared_dir"): "data.out_dir",
-          ("search", "index_dir"): "evidence.index_dir", ("search", "store"): "evidence.store"}
+          ("search", "index_dir"): "evidence.index_dir", ("search", "store"): "evidence.store",
+          ("judge", "prepared_dir"): "data.out_dir"}
 
 
 @pytest.mark.parametrize("where, owner", SHARED.items(), ids=lambda x: ".".join(x) if isinstance(x, tuple) else x)
@@ -221,7 +223,7 @@ def test_every_stage_config_builds_from_each_profile(name):
         if section in NOT_A_CONFIG:
             continue
         for key, value in values.items():
-            where = ("judge", pl.JUDGE_KEYS[key]) if section == "reward" and key in pl.JUDGE_KEYS else (section, key)
+            where = ("reward_judge", pl.JUDGE_KEYS[key]) if section == "reward" and key in pl.JUDGE_KEYS else (section, key)
             assert built[where[0]][where[1]] == value, f"{name}: {section}.{key}"
 
 
@@ -258,3 +260,15 @@ def test_an_error_from_an_override_names_the_option_not_the_file(tmp_path):
         pl.search_config(pl.params_of(path), max_results=0)
     with pytest.raises(InputError, match=r"^--mode x: search.mode"):  # only the option that broke it
         pl.search_config(pl.params_of(path), mode="x", max_results=4)
+
+
+def test_judge_stage_reads_model_and_data_and_refuses_an_untrained_judge_as_reward_judge():
+    params = profile("quickstart")
+    params["judge"].pop("base")
+    params["model"]["out_dir"] = "models/other"
+    assert pl.judge_config(params).base == Path("models/other")  # the policy's backbone by default
+    params["judge"]["train"] = False  # while reward.judge still names models/judge
+    with pytest.raises(InputError, match=r"reward.judge is transformers:models/judge but judge.train is false"):
+        pl.judge_config(params)
+    params["reward"]["judge"] = "transformers:models/other"
+    assert pl.judge_config(params).train is False

@@ -1,4 +1,4 @@
-"""The training flow: model -> train@VARIANT -> select@VARIANT, each task one DVC stage; training tagged gpu.
+"""The training flow: model -> judge -> train@VARIANT -> select@VARIANT, each task one DVC stage; training tagged gpu.
 
 The flow body runs as a plain function (`.fn`) with its tasks replaced by recorders; each task body runs the
 same way with `dvc.repro` recorded: no Prefect server, no DVC, no training.
@@ -30,11 +30,12 @@ def project(tmp_path) -> Path:
 
 def test_tasks_are_named_after_their_stages_and_training_is_tagged_gpu():
     assert flow_mod.train_flow.name == "biocheck-train"
-    assert (flow_mod.model_task.name, flow_mod.train_task.name, flow_mod.select_task.name) == ("model", "train", "select")
-    assert "gpu" in flow_mod.train_task.tags
+    assert (flow_mod.model_task.name, flow_mod.judge_task.name, flow_mod.train_task.name, flow_mod.select_task.name) \
+        == ("model", "judge", "train", "select")
+    assert "gpu" in flow_mod.train_task.tags and "gpu" in flow_mod.judge_task.tags  # both run the model
     assert not ({"gpu"} & (flow_mod.select_task.tags | flow_mod.model_task.tags))
     stage_tasks = (tasks.fetch_task, tasks.prepare_task, tasks.validate_task, tasks.evidence_task, tasks.model_task,
-                   tasks.train_task, tasks.select_task, tasks.evaluate_task)
+                   tasks.judge_task, tasks.train_task, tasks.select_task, tasks.evaluate_task)
     for t in stage_tasks:  # each stage its own timeout
         assert t.timeout_seconds == tasks.TIMEOUT_S[t.name]
     assert tasks.pull_task.timeout_seconds == tasks.push_task.timeout_seconds == tasks.TIMEOUT_S["dvc"]
@@ -50,7 +51,7 @@ def test_the_variants_are_dvc_yamls_train_and_select_stages():
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """The flow's three tasks replaced by recorders; returns the list of (step, args) calls."""
+    """The flow's four tasks replaced by recorders; returns the list of (step, args) calls."""
     calls: list[tuple] = []
 
     def recorder(step):
@@ -59,22 +60,23 @@ def recorded(monkeypatch):
             return {"step": step}
         return run
 
-    for name in ("model_task", "train_task", "select_task"):
+    for name in ("model_task", "judge_task", "train_task", "select_task"):
         monkeypatch.setattr(flow_mod, name, recorder(name.removesuffix("_task")))
     return calls
 
 
-def test_flow_runs_model_then_every_variant_trained_then_selected(recorded, project):
+def test_flow_runs_model_judge_then_every_variant_trained_then_selected(recorded, project):
     out = flow_mod.train_flow.fn(root=str(project))
     root = str(project)
-    assert recorded == [("model", root), ("train", root, "eg_grpo"), ("train", root, "outcome_only"),
+    assert recorded == [("model", root), ("judge", root), ("train", root, "eg_grpo"), ("train", root, "outcome_only"),
                         ("select", root, "eg_grpo"), ("select", root, "outcome_only")]
-    assert list(out) == ["model", "train@eg_grpo", "train@outcome_only", "select@eg_grpo", "select@outcome_only"]
+    assert list(out) == ["model", "judge", "train@eg_grpo", "train@outcome_only", "select@eg_grpo", "select@outcome_only"]
 
 
 def test_flow_with_one_variant_and_without_the_model_step(recorded, project):
     flow_mod.train_flow.fn(root=str(project), variants=["outcome_only"], init_model=False)
-    assert recorded == [("train", str(project), "outcome_only"), ("select", str(project), "outcome_only")]
+    root = str(project)  # the judge stage still runs (DVC skips it when up to date): the reward needs it
+    assert recorded == [("judge", root), ("train", root, "outcome_only"), ("select", root, "outcome_only")]
 
 
 def test_an_unknown_variant_or_project_fails_before_any_stage(recorded, project, tmp_path):
@@ -95,10 +97,11 @@ def test_each_task_runs_its_dvc_stage(monkeypatch, project):
     monkeypatch.setattr(dvc, "repro", repro)
     root = str(project)
     assert flow_mod.model_task.fn(root) == {"stage": "model", "ran": True, "seconds": 0.5}
+    flow_mod.judge_task.fn(root)
     flow_mod.train_task.fn(root, "outcome_only")
     flow_mod.select_task.fn(root, "eg_grpo")
     tasks.fetch_task.fn(root)
     tasks.prepare_task.fn(root)
     tasks.evidence_task.fn(root)
-    assert seen == [("model", root), ("train@outcome_only", root), ("select@eg_grpo", root), ("fetch", root),
+    assert seen == [("model", root), ("judge", root), ("train@outcome_only", root), ("select@eg_grpo", root), ("fetch", root),
                     ("prepare", root), ("evidence", root)]

@@ -37,6 +37,9 @@ model_app = typer.Typer(help="Models: build or fetch the base policy (models/bas
                         rich_markup_mode=None)
 app.add_typer(evidence_app, name="evidence")
 app.add_typer(model_app, name="model")
+judge_app = typer.Typer(help="The evidence judge R_evidence asks: train it on SciFact train, measure it on test.",
+                        no_args_is_help=True)
+app.add_typer(judge_app, name="judge")
 app.add_typer(profile_app, name="profile")
 
 # Off a terminal (dvc repro, CI logs) rich would wrap log lines at 80 columns: allow long ones.
@@ -331,6 +334,35 @@ def model_init(
     from biocheck.pipeline import model_stage
 
     _run(model_stage, params, base=base, out_dir=out_dir)  # logs what it built
+
+
+# --- judge -----------------------------------------------------------------------------------------
+
+@judge_app.command("train")
+def judge_train(
+    params: ParamsOpt = Path("params.yaml"),
+    base: Annotated[Path | None, typer.Option(help="Backbone [default: judge.base, else model.out_dir].")] = None,
+    out_dir: Annotated[Path | None, typer.Option(help="Output [default: judge.out_dir, models/judge].")] = None,
+    zero_shot: Annotated[bool | None, typer.Option(
+        "--zero-shot/--no-zero-shot", help="Also measure the untrained backbone [default: judge.zero_shot].")] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Train the evidence judge (models/judge) and measure it (metrics/judge.json).
+
+    Pairs come from SciFact TRAIN claims only: rationale abstracts are SUPPORTED/REFUTED, cited
+    non-rationale and BM25-retrieved abstracts are NOT ENOUGH INFORMATION (label-balanced, seeded).
+    The backbone stays frozen; the three label words' output rows are fitted on the layer that
+    cross-validates best, so the result is an ordinary checkpoint that `reward.judge:
+    transformers:models/judge` reads through the usual judge protocol. It is measured on every SciFact
+    TEST pair: accuracy, macro-F1, recall per label, calibration, beside the majority class.
+    judge.train false measures the backbone zero-shot instead (the paper's judge) and trains nothing.
+    """
+    from biocheck.pipeline import judge_stage
+
+    stats = _run(judge_stage, params, base=base, out_dir=out_dir, zero_shot=zero_shot, progress=progress)
+    t = stats["test"]
+    typer.echo(f"judge: test accuracy {t['accuracy']:.3f}, macro-F1 {t['macro_f1']:.3f} "
+               f"(majority {t['majority_accuracy']:.3f}, n={t['n']}), s > threshold on {t['above_threshold']:.0%}")
 
 
 # --- agent -----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ Sections and who reads them:
   fetch -> FetchConfig          data -> PrepareConfig         validate -> ValidateConfig
   evidence -> EvidenceConfig    search -> SearchConfig        model -> ModelConfig
   agent -> AgentConfig          reward -> RewardConfig + JudgeConfig
+  judge -> JudgeTrainConfig (the judge stage: trains the judge reward.judge names)
   train -> TrainConfig          select -> SelectConfig        profile: the profile's name
   tracking -> tracking.TrackingConfig (MLflow experiment names; read by every stage, a param of none)
 A section or key that nothing reads is an error, so a typo never silently does nothing.
@@ -28,8 +29,8 @@ from biocheck.params import DEFAULT_PARAMS, Params, load_params, plain, raw_sect
 
 log = logging.getLogger(__name__)
 
-SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "train",
-            "select", "evaluate", "orchestrate", "tracking")
+SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "judge",
+            "train", "select", "evaluate", "orchestrate", "tracking")
 
 
 def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -162,6 +163,25 @@ def reward_config(params: dict[str, Any], judge: str | None = None, **overrides:
     cfg = section(params, "reward", RewardConfig, values=values, **overrides)
     judge_cfg = section(params, "reward", JudgeConfig, values=judge_values, spec=judge)
     return cfg, judge_cfg
+
+
+def judge_config(params: dict[str, Any], **overrides: Any):
+    """The judge stage's config: its backbone defaults to model.out_dir, its data is data.out_dir (one key)."""
+    from biocheck.rewards.judge_train.train import JudgeTrainConfig
+
+    values = _default(params, "judge", "base", raw_section(params, "model").get("out_dir"))
+    values = _shared(params, "judge", "prepared_dir", "data.out_dir", values)
+    cfg = section(params, "judge", JudgeTrainConfig, values=values, **overrides)
+    spec = raw_section(params, "reward").get("judge")
+    if not cfg.train and spec and _names_dir(spec, cfg.out_dir):
+        raise InputError(f"{source(params)}: reward.judge is {spec} but judge.train is false, so {cfg.out_dir} holds "
+                         f"no model; set reward.judge: transformers:{cfg.base} (the base as judge) or judge.train: true.")
+    return cfg
+
+
+def _names_dir(spec: str, folder: Path) -> bool:
+    kind, _, where = str(spec).partition(":")
+    return kind == "transformers" and Path(where) == Path(folder)
 
 
 def primary_variant(params: dict[str, Any]) -> str:
@@ -366,6 +386,22 @@ def model_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **override
     with track, tracking.run("model", run_name="model init", params={"profile": p.get("profile"), "model": plain(cfg)},
                              tags={"model_fingerprint": _fingerprint(cfg.out_dir, stats)}):
         tracking.log_metrics(stats)
+    return stats
+
+
+def judge_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
+    """Train the evidence judge (or measure the base zero-shot, judge.train false); metrics/judge.json, MLflow."""
+    from biocheck.rewards.judge_train.train import metrics_of, train_judge
+
+    p = params_of(params)
+    cfg, track = judge_config(p, **overrides), tracked(p)
+    stats = train_judge(cfg)
+    trained = cfg.train and (cfg.out_dir / "config.json").is_file()
+    with track, tracking.run("judge", run_name="judge train" if cfg.train else "judge zero-shot",
+                             params={"profile": p.get("profile"), "judge": plain(cfg)},
+                             tags={"model_fingerprint": _fingerprint(cfg.out_dir, {}) if trained else None}):
+        tracking.log_metrics(metrics_of(stats), prefix="judge")
+        tracking.log_artifacts(cfg.out_dir / "judge_train.json")
     return stats
 
 

@@ -45,6 +45,7 @@ STATS_FILE = "judge_train.json"
 class JudgeTrainConfig:
     """params.yaml `judge:`; every field of a training run."""
 
+    train: bool = True  # false: no training; measure `base` zero-shot (the paper's judge) and write only the stats
     base: Path = Path("models/base")  # the backbone (a local checkpoint folder or hub id)
     prepared_dir: Path = Path("data/prepared")
     out_dir: Path = Path("models/judge")
@@ -138,7 +139,7 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
         raise JudgeDataError(f"{cfg.prepared_dir}/full/scifact.jsonl has {len(train_claims)} train and "
                              f"{len(test_claims)} test claims; both are needed. Re-run `biocheck data prepare`.")
     train = build_pairs(train_claims, corpus, level=cfg.level, bm25_per_claim=cfg.bm25_per_claim,
-                        max_per_label=cfg.max_pairs_per_label, seed=cfg.seed)
+                        max_per_label=cfg.max_pairs_per_label, seed=cfg.seed) if cfg.train else []
     test = build_pairs(test_claims, corpus, level="abstract", bm25_per_claim=0, balance=False, seed=cfg.seed,
                        split="test")
     if cfg.eval_max_pairs and len(test) > cfg.eval_max_pairs:
@@ -148,6 +149,8 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     judge = TransformersJudge(str(cfg.base), batch_size=cfg.batch_size, max_abstract_chars=cfg.eval_max_abstract_chars)
     stats: dict[str, Any] = {"config": plain(cfg), "pairs": {"train": label_counts(train), "test": label_counts(test)}}
+    if not cfg.train:
+        return _zero_shot_only(judge, test, stats, cfg, started)
     if cfg.zero_shot:
         stats["zero_shot"] = _strip(evaluate_judge(judge, test, cfg.threshold))
 
@@ -179,6 +182,21 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
     return stats
 
 
+def _zero_shot_only(judge: Any, test: list[JudgePair], stats: dict[str, Any], cfg: JudgeTrainConfig,
+                    started: float) -> dict[str, Any]:
+    """judge.train false: the base model is the judge (as in the paper); measure it and record that, no weights."""
+    stats["test"] = evaluate_judge(judge, test, cfg.threshold)
+    stats["zero_shot"] = _strip(stats["test"])
+    stats.update({"layer": None, "seconds": round(time.perf_counter() - started, 1)})
+    with atomic_dir(cfg.out_dir) as tmp:  # a stats file only: reward.judge must name the base, not this folder
+        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    if cfg.metrics_path:
+        write_json_atomic(cfg.metrics_path, metrics_of(stats))
+    log.info("judge (zero-shot %s): test accuracy %.3f macro-F1 %.3f (majority %.3f)", cfg.base,
+             stats["test"]["accuracy"], stats["test"]["macro_f1"], stats["test"]["majority_accuracy"])
+    return stats
+
+
 def _as_scores(probs) -> list[dict[str, float]]:
     return [dict(zip(KEYS, row, strict=True)) for row in probs.tolist()]
 
@@ -193,7 +211,8 @@ def metrics_of(stats: dict[str, Any]) -> dict[str, Any]:
     out = {"accuracy": t["accuracy"], "macro_f1": t["macro_f1"], "ece": t["ece"], "majority_accuracy":
            t["majority_accuracy"], "above_threshold": t["above_threshold"], "answer_mass": t["answer_mass"],
            **{f"recall_{label}": t["recall"][label] for label in LABELS}, "n_test": t["n"],
-           "n_train": sum(stats["pairs"]["train"].values()), "layer": stats["layer"], "seconds": stats["seconds"]}
+           "n_train": sum(stats["pairs"]["train"].values()), "layer": stats["layer"] or 0,
+           "trained": int(stats["config"].get("train", True)), "seconds": stats["seconds"]}
     if "zero_shot" in stats:
         out.update({"zero_shot_accuracy": stats["zero_shot"]["accuracy"],
                     "zero_shot_macro_f1": stats["zero_shot"]["macro_f1"]})
