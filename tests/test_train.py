@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -738,3 +739,22 @@ def test_train_is_killed_and_resumes_from_the_last_checkpoint(project):
     train_steps = [h["step"] for h in state["log_history"] if "loss" in h]
     assert sorted(set(train_steps)) == [1, 2, 3, 4]
     assert {h["step"] for h in state["log_history"] if "eval_reward" in h} >= {0, 1, 2, 3, 4}
+
+
+@pytest.mark.slow
+def test_a_kl_term_loads_a_reference_model_and_logs_the_kl(project):
+    """beta > 0 (the paper profile): TRL keeps a frozen reference model and the loss carries beta * KL; the
+    KL it logs starts at 0 (policy == reference) and is a finite number at every step."""
+    from biocheck.pipeline import train_stage
+
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["train"].update(beta=0.04, loss_type="grpo", max_steps=2, save_steps=2, eval_steps=2,
+                           eval_on_start=False, sft={"enabled": False})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BIOCHECK_TRACKING", "off")
+        mp.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+        train_stage(params, progress=False)
+    state = json.loads((project / "ckpt" / "checkpoint-2" / "trainer_state.json").read_text())
+    kl = [row["kl"] for row in state["log_history"] if "kl" in row]
+    assert len(kl) == 2 and all(math.isfinite(v) and v >= 0 for v in kl), state["log_history"]
+    assert kl[0] == pytest.approx(0.0, abs=1e-6)  # first step: the policy is still the reference
