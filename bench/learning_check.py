@@ -1,19 +1,27 @@
-"""Learning check (quickstart): does EG-GRPO improve the validation reward over its SFT start?
+"""Learning check: does EG-GRPO learn, and does it move evidence the way the paper says (EHR down, EQS up)?
 
-For each seed and reward variant, runs `biocheck train` (SFT warm start + GRPO, the quickstart's
-params) into bench/runs/<variant>-s<seed>, selects the best checkpoint by validation reward, and
-reports side by side: the start's validation reward (step 0), the selected one, and the selected
-checkpoint's R_evidence and EHR (R_hallucination). Writes a JSON summary and a PNG of the
-validation-reward curves. Target: mean(selected - start) > the seed-to-seed spread of the start.
+Training: for each reward variant x KL coefficient (beta) x seed, `train_stage` (the pipeline's own training:
+SFT warm start when the profile has one, then GRPO) into RUNS/<variant>-b<beta>-s<seed> (a rerun resumes,
+a finished run is reused), and the best checkpoint by validation reward is chosen as `biocheck select`
+does. `--pipeline` adds the pipeline's own runs (`dvc repro`: models/checkpoints, _outcome_only) without
+training them again. Reported per run: the start's validation reward (step 0), the selected one, the gain.
 
-    .venv/bin/python bench/learning_check.py [--seeds 0 1 2] [--variants eg_grpo outcome_only]
-      [--max-steps N] [--out bench/results/learning_check.json]
-(needs the quickstart's prepared data, index and models/base: `dvc repro model evidence`)
+Evaluation (`--evaluate DATASET ...`): every selected checkpoint, the SFT start and the base model run as
+the BioCheck agent (the `eg_grpo` system of the evaluation harness: same tool, same prompts, same scorer)
+on the claims of those datasets -- `scifact_val` (SciFact val: the claims that select checkpoints),
+`scifact` and `healthfc` (test) -- with accuracy, macro-F1, EQS and EHR and their 95% bootstrap intervals.
+
+    .venv/bin/python bench/learning_check.py --params profiles/smol.yaml --pipeline --variants eg_grpo \
+        --betas 0.04 --seeds 0 --evaluate scifact_val scifact [--limit N]
+    (quickstart, training only: --seeds 0 1 2 --variants eg_grpo outcome_only)
+Needs the profile's data, index, base model and judge first: `dvc repro judge evidence`.
+Writes OUT (.json, .md table, .png curves); runs go to bench/runs/ (git-ignored).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import os
@@ -27,32 +35,89 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("BIOCHECK_TRACKING", "off")  # one MLflow run per training would drown the UI
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from biocheck.pipeline import load_params, train_stage  # noqa: E402
+from biocheck.pipeline import load_params, train_config, train_setup, train_stage  # noqa: E402
 from biocheck.train.select import checkpoint_table, choose  # noqa: E402
 
+METRICS = ("accuracy", "macro_f1", "eqs", "ehr")
 
-def run(params: dict, variant: str, seed: int, out: Path, max_steps: int | None) -> dict:
-    params = json.loads(json.dumps(params))
-    params["reward"]["variant"] = variant
-    overrides = {"seed": seed, "out_dir": str(out), "metrics_path": None}  # leave the pipeline's metrics alone
-    if max_steps:
-        overrides["max_steps"] = max_steps
-    t0 = time.perf_counter()
-    stats = train_stage(params, progress=False, **overrides)
+
+def summarise(name: str, variant: str, beta: float, seed: int, out: Path, seconds: float | None) -> dict:
+    """One training run's curve and selected checkpoint (as `biocheck select` chooses it)."""
     rows, history = checkpoint_table(out)
     best = choose(rows)
     curve = [(h["step"], h["eval_reward"]) for h in history if "eval_reward" in h]
-    start = next(r for s, r in curve if s == 0)
-    return {"variant": variant, "seed": seed, "start": start, "selected": best["eval_reward"],
-            "selected_step": best["step"], "gain": best["eval_reward"] - start,
+    start = next((r for s, r in curve if s == 0), None)
+    return {"name": name, "variant": variant, "beta": beta, "seed": seed, "start": start,
+            "selected": best["eval_reward"], "selected_step": best["step"], "checkpoint": best["checkpoint"],
+            "gain": None if start is None else best["eval_reward"] - start,
             "selected_components": {k: best.get(k) for k in ("outcome", "search", "evidence", "hallucination")},
-            "start_components": {k.removeprefix("eval_rewards/").removesuffix("/mean"): v
-                                 for h in history if h.get("step") == 0 and "eval_reward" in h
-                                 for k, v in h.items() if k.startswith("eval_rewards/") and k.endswith("/mean")},
-            "curve": curve, "seconds": round(time.perf_counter() - t0, 1), "sft": stats.get("sft", {})}
+            "curve": curve, "seconds": seconds, "sft_dir": str(out / "sft") if (out / "sft").is_dir() else None}
 
 
-def plot(results: list[dict], path: Path) -> None:
+def train_run(params: dict, variant: str, beta: float, seed: int, out: Path, max_steps: int | None) -> dict:
+    params = copy.deepcopy(params)
+    params["reward"]["variant"] = variant
+    overrides = {"seed": seed, "beta": beta, "out_dir": str(out), "metrics_path": None}  # pipeline metrics untouched
+    if max_steps:
+        overrides["max_steps"] = max_steps
+    t0 = time.perf_counter()
+    train_stage(params, progress=False, **overrides)
+    return summarise(out.name, variant, beta, seed, out, round(time.perf_counter() - t0, 1))
+
+
+def pipeline_runs(params: dict) -> list[dict]:
+    """The runs `dvc repro` made (one per variant, the params' own beta and seed), as they are on disk."""
+    cfg = train_config(params)
+    out = []
+    for variant in ("eg_grpo", "outcome_only"):
+        ckpt = train_setup(params, variant=variant).train.out_dir
+        if ckpt.is_dir():
+            out.append(summarise(f"pipeline-{variant}", variant, cfg.beta, cfg.seed, ckpt, None))
+    if not out:
+        raise SystemExit("--pipeline: no training output (models/checkpoints*); run `dvc repro train` first")
+    return out
+
+
+def evaluate(params: dict, models: dict[str, str], datasets: list[str], limit: int | None, out: Path) -> dict:
+    """Each model as the BioCheck agent on `datasets`; {model name: {dataset: metrics}} (traces cached in out)."""
+    from biocheck.pipeline import evaluate_stage
+
+    results = {}
+    for name, model in models.items():
+        t0 = time.perf_counter()
+        r = evaluate_stage(params, progress=False, out=out / name, model=model, systems=["eg_grpo"],
+                           datasets=datasets, limit=limit)
+        results[name] = {d: _numbers(m) for d, m in r["metrics"]["eg_grpo"].items()}
+        print(json.dumps({"model": name, "seconds": round(time.perf_counter() - t0, 1),
+                          **{d: {k: m[k] for k in METRICS} for d, m in results[name].items()}}), flush=True)
+    return results
+
+
+def _numbers(m: dict) -> dict:
+    return {**{k: m.get(k) for k in (*METRICS, "n", "parseable", "searches", "eqs_n", "ehr_n")},
+            "ci": {k: m["ci"].get(k) for k in METRICS}}
+
+
+def _cell(m: dict, key: str) -> str:
+    v, ci = m.get(key), (m.get("ci") or {}).get(key) or {}
+    if v is None:
+        return "n/a"
+    lo, hi = ci.get("lo"), ci.get("hi")
+    return f"{v:.3f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{v:.3f}"
+
+
+def table(evals: dict, runs: list[dict]) -> str:
+    step = {r["name"]: r["selected_step"] for r in runs}
+    lines = ["| model | dataset | n | accuracy | macro-F1 | EQS (n) | EHR |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, per in evals.items():
+        label = f"{name} (step {step[name]})" if name in step else name
+        for d, m in per.items():
+            lines.append(f"| {label} | {d} | {m['n']} | {_cell(m, 'accuracy')} | {_cell(m, 'macro_f1')} | "
+                         f"{_cell(m, 'eqs')} ({m.get('eqs_n') or 0}) | {_cell(m, 'ehr')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,11 +126,10 @@ def plot(results: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in results:
         steps, rewards = zip(*r["curve"], strict=True)
-        ax.plot(steps, rewards, marker="o", ls="-" if r["variant"] == "eg_grpo" else "--",
-                label=f"{r['variant']} seed {r['seed']}")
-    ax.set_xlabel("GRPO step (0 = SFT start)")
+        ax.plot(steps, rewards, marker="o", ls="-" if r["variant"] == "eg_grpo" else "--", label=r["name"])
+    ax.set_xlabel("GRPO step (0 = start)")
     ax.set_ylabel("validation reward (the variant's own total)")
-    ax.set_title("Quickstart learning check (tiny model, CPU)")
+    ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -74,35 +138,58 @@ def plot(results: list[dict], path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default=str(ROOT / "params.yaml"))
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--variants", nargs="+", default=["eg_grpo", "outcome_only"])
+    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    ap.add_argument("--variants", nargs="*", default=["eg_grpo", "outcome_only"])
+    ap.add_argument("--betas", type=float, nargs="+", default=None, help="KL coefficients [default: train.beta]")
+    ap.add_argument("--pipeline", action="store_true", help="also use the pipeline's own training runs")
     ap.add_argument("--max-steps", type=int, default=None)
+    ap.add_argument("--evaluate", nargs="*", default=[], metavar="DATASET",
+                    help="evaluate base, SFT start and every selected checkpoint on these (scifact_val scifact healthfc)")
+    ap.add_argument("--limit", type=int, default=None, help="first N claims per dataset [default: evaluate.limit]")
     ap.add_argument("--runs", type=Path, default=ROOT / "bench" / "runs")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "learning_check.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     params = load_params(args.params)
-    results = []
+    profile = params.get("profile", "quickstart")
+    betas = args.betas if args.betas is not None else [train_config(params).beta]
+    results = pipeline_runs(params) if args.pipeline else []
     for variant in args.variants:
-        for seed in args.seeds:
-            r = run(params, variant, seed, args.runs / f"{variant}-s{seed}", args.max_steps)
-            print(json.dumps({k: v for k, v in r.items() if k != "curve"}), flush=True)
-            results.append(r)
+        for beta in betas:
+            for seed in args.seeds:
+                name = f"{variant}-b{beta:g}-s{seed}"
+                r = train_run(params, variant, beta, seed, args.runs / profile / name, args.max_steps)
+                print(json.dumps({k: v for k, v in r.items() if k != "curve"}), flush=True)
+                results.append(r)
     summary = {}
-    for variant in args.variants:
-        rs = [r for r in results if r["variant"] == variant]
+    for key in sorted({(r["variant"], r["beta"]) for r in results}):
+        rs = [r for r in results if (r["variant"], r["beta"]) == key and r["gain"] is not None]
+        if not rs:
+            continue
         starts, gains = [r["start"] for r in rs], [r["gain"] for r in rs]
-        summary[variant] = {
-            "start_mean": statistics.mean(starts), "selected_mean": statistics.mean(r["selected"] for r in rs),
-            "gain_mean": statistics.mean(gains),
+        summary[f"{key[0]} beta={key[1]:g}"] = {
+            "runs": len(rs), "start_mean": statistics.mean(starts),
+            "selected_mean": statistics.mean(r["selected"] for r in rs), "gain_mean": statistics.mean(gains),
             "start_spread": max(starts) - min(starts), "gain_min": min(gains),
             "target_met": statistics.mean(gains) > (max(starts) - min(starts)),
             "selected_evidence_mean": statistics.mean(r["selected_components"]["evidence"] or 0 for r in rs),
             "selected_ehr_mean": statistics.mean(r["selected_components"]["hallucination"] or 0 for r in rs),
         }
+    evals = {}
+    if args.evaluate:
+        models = {"base": "base"}
+        sft = next((r["sft_dir"] for r in results if r["sft_dir"]), None)
+        if sft:
+            models["sft start"] = sft
+        models.update({r["name"]: r["checkpoint"] for r in results})
+        evals = evaluate(params, models, args.evaluate, args.limit, args.runs / profile / "eval")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"summary": summary, "runs": results}, indent=2) + "\n")
-    plot(results, args.out.with_suffix(".png"))
+    args.out.write_text(json.dumps({"profile": profile, "summary": summary, "runs": results, "evaluation": evals},
+                                   indent=2) + "\n")
+    if evals:
+        args.out.with_suffix(".md").write_text(table(evals, results))
+        print(table(evals, results))
+    plot(results, args.out.with_suffix(".png"), f"Learning check ({profile} profile, CPU)")
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -22,7 +22,7 @@ from biocheck.io import InputError
 from biocheck.params import load_params
 from tests.conftest import REPO
 
-PROFILES = ["quickstart", "paper"]
+PROFILES = ["quickstart", "smol", "paper"]
 NOT_A_CONFIG = {"profile"}  # the profile's name: `biocheck profile list` and MLflow read it, no stage config
 
 

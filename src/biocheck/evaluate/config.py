@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Any
 
 SYSTEMS = ("base", "eg_grpo", "outcome_only", "no_retrieval", "pmsearch", "cer", "fire")
-DATASETS = {"scifact": "scifact/test", "healthfc": "healthfc/test"}  # name -> prepared split
+# name -> prepared split; scifact_val (the claims that select checkpoints) for learning checks, not the default
+DATASETS = {"scifact": "scifact/test", "healthfc": "healthfc/test", "scifact_val": "scifact/val"}
 REFERENCE = "eg_grpo"  # the system every other one is compared against (paired tests)
 
 
 @dataclass
 class EvaluateConfig:
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
-    datasets: list[str] = field(default_factory=lambda: list(DATASETS))
+    datasets: list[str] = field(default_factory=lambda: ["scifact", "healthfc"])
     workers: int = 1  # claims in flight per system
     bootstrap: int = 1000  # resamples for the 95% intervals and the paired bootstrap
     seed: int = 0
