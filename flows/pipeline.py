@@ -1,7 +1,7 @@
 """Prefect flow `biocheck-pipeline`: the whole DVC pipeline, stage by stage, with the DVC remote around it.
 
-dvc pull (orchestrate.dvc_remote) -> data (fetch, prepare, validate) -> evidence -> train (model, train and
-select for each reward variant) -> evaluate (metric table artifact) -> dvc push, only after success.
+dvc pull (orchestrate.dvc_remote) -> data (fetch, prepare, validate) -> evidence -> train (model, judge, train
+and select for each reward variant) -> evaluate (metric table artifact) -> dvc push, only after success.
 Each step is a sub-flow or task of flows/tasks.py running its DVC stage, so DVC skips what is up to date.
 Training runs in-process, or, with orchestrate.train_deployment set, as that Prefect deployment (the `gpu`
 work pool), waited for. `python flows/pipeline.py [params.yaml]` runs it without a Prefect server

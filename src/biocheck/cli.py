@@ -28,7 +28,7 @@ app = typer.Typer(
 )
 data_app = typer.Typer(help="Datasets: fetch the official releases, prepare the splits, validate them.",
                        no_args_is_help=True, rich_markup_mode=None)
-profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes) and paper (GPU, full data).",
+profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes), smol (CPU, a real small model, ~80 min) and paper (GPU, full data).",
                           no_args_is_help=True, rich_markup_mode=None)
 evidence_app = typer.Typer(help="Evidence layer: the local search index and the evidence store.",
                            no_args_is_help=True, rich_markup_mode=None)
