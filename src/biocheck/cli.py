@@ -353,8 +353,9 @@ def judge_train(
     non-rationale and BM25-retrieved abstracts are NOT ENOUGH INFORMATION (label-balanced, seeded).
     The backbone stays frozen; the three label words' output rows are fitted on the layer that
     cross-validates best, so the result is an ordinary checkpoint that `reward.judge:
-    transformers:models/judge` reads through the usual judge protocol. It is measured on every SciFact
-    TEST pair: accuracy, macro-F1, recall per label, calibration, beside the majority class.
+    transformers:models/judge` reads through the usual judge protocol. It is measured on SciFact TEST
+    pairs (all, or a seeded judge.eval_max_pairs): accuracy, macro-F1, recall per label, calibration,
+    beside the majority class.
     judge.train false measures the backbone zero-shot instead (the paper's judge) and trains nothing.
     """
     from biocheck.pipeline import judge_stage
