@@ -54,12 +54,18 @@ def summarise(name: str, variant: str, beta: float, seed: int, out: Path, second
             "curve": curve, "seconds": seconds, "sft_dir": str(out / "sft") if (out / "sft").is_dir() else None}
 
 
-def train_run(params: dict, variant: str, beta: float, seed: int, out: Path, max_steps: int | None) -> dict:
+def train_run(params: dict, variant: str, beta: float, seed: int, out: Path, max_steps: int | None,
+              start_from: Path | None = None, start_eval: bool = True) -> dict:
     params = copy.deepcopy(params)
     params["reward"]["variant"] = variant
     overrides = {"seed": seed, "beta": beta, "out_dir": str(out), "metrics_path": None}  # pipeline metrics untouched
     if max_steps:
         overrides["max_steps"] = max_steps
+    if start_from:  # GRPO from a given model, e.g. the pipeline's own SFT warm start: the same start, no second SFT
+        params["model"]["out_dir"] = str(start_from)
+        params["train"]["sft"] = {**(params["train"].get("sft") or {}), "enabled": False}
+    if not start_eval:
+        overrides["eval_on_start"] = False
     t0 = time.perf_counter()
     train_stage(params, progress=False, **overrides)
     return summarise(out.name, variant, beta, seed, out, round(time.perf_counter() - t0, 1))
@@ -143,6 +149,10 @@ def main() -> int:
     ap.add_argument("--betas", type=float, nargs="+", default=None, help="KL coefficients [default: train.beta]")
     ap.add_argument("--pipeline", action="store_true", help="also use the pipeline's own training runs")
     ap.add_argument("--max-steps", type=int, default=None)
+    ap.add_argument("--start-from", type=Path, default=None,
+                    help="start GRPO from this model without SFT (e.g. models/checkpoints/sft, the pipeline's start)")
+    ap.add_argument("--no-start-eval", action="store_true",
+                    help="no step-0 validation (the start's is known, e.g. from the pipeline's run)")
     ap.add_argument("--evaluate", nargs="*", default=[], metavar="DATASET",
                     help="evaluate base, SFT start and every selected checkpoint on these (scifact_val scifact healthfc)")
     ap.add_argument("--limit", type=int, default=None, help="first N claims per dataset [default: evaluate.limit]")
@@ -158,7 +168,8 @@ def main() -> int:
         for beta in betas:
             for seed in args.seeds:
                 name = f"{variant}-b{beta:g}-s{seed}"
-                r = train_run(params, variant, beta, seed, args.runs / profile / name, args.max_steps)
+                r = train_run(params, variant, beta, seed, args.runs / profile / name, args.max_steps,
+                              args.start_from, not args.no_start_eval)
                 print(json.dumps({k: v for k, v in r.items() if k != "curve"}), flush=True)
                 results.append(r)
     summary = {}
