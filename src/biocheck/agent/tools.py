@@ -10,8 +10,6 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from transformers.utils import get_json_schema
-
 from biocheck.pubmed.search import ToolOutput
 
 TOOL_NAME = "search_pubmed"
@@ -46,6 +44,8 @@ def tool_function(papers: int):
 @cache
 def _schema(papers: int) -> str:
     import json
+
+    from transformers.utils import get_json_schema  # here: importing transformers costs 1-3 s per process
 
     return json.dumps(get_json_schema(tool_function(papers)))
 
