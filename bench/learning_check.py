@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("BIOCHECK_TRACKING", "off")  # one MLflow run per training would drown the UI
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from biocheck.io import InputError  # noqa: E402
 from biocheck.pipeline import load_params, train_config, train_setup, train_stage  # noqa: E402
 from biocheck.train.select import checkpoint_table, choose  # noqa: E402
 
@@ -77,8 +78,12 @@ def pipeline_runs(params: dict) -> list[dict]:
     out = []
     for variant in ("eg_grpo", "outcome_only"):
         ckpt = train_setup(params, variant=variant).train.out_dir
-        if ckpt.is_dir():
+        if not ckpt.is_dir():
+            continue
+        try:
             out.append(summarise(f"pipeline-{variant}", variant, cfg.beta, cfg.seed, ckpt, None))
+        except InputError as e:  # a run stopped before its first checkpoint: nothing to report for it
+            print(f"--pipeline: {variant} skipped: {e}", file=sys.stderr)
     if not out:
         raise SystemExit("--pipeline: no training output (models/checkpoints*); run `dvc repro train` first")
     return out
