@@ -60,6 +60,8 @@ def train_run(params: dict, variant: str, beta: float, seed: int, out: Path, max
     params = copy.deepcopy(params)
     params["reward"]["variant"] = variant
     overrides = {"seed": seed, "beta": beta, "out_dir": str(out), "metrics_path": None}  # pipeline metrics untouched
+    # each run's own warm start (its seed), in its folder: never the pipeline's shared models/sft
+    params["train"]["sft"] = {**(params["train"].get("sft") or {}), "out_dir": str(out / "sft")}
     if max_steps:
         overrides["max_steps"] = max_steps
     if start_from:  # GRPO from a given model, e.g. the pipeline's own SFT warm start: the same start, no second SFT
@@ -155,7 +157,7 @@ def main() -> int:
     ap.add_argument("--pipeline", action="store_true", help="also use the pipeline's own training runs")
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--start-from", type=Path, default=None,
-                    help="start GRPO from this model without SFT (e.g. models/checkpoints/sft, the pipeline's start)")
+                    help="start GRPO from this model without SFT (e.g. models/sft, the pipeline's start)")
     ap.add_argument("--no-start-eval", action="store_true",
                     help="no step-0 validation (the start's is known, e.g. from the pipeline's run)")
     ap.add_argument("--evaluate", nargs="*", default=[], metavar="DATASET",

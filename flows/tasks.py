@@ -34,6 +34,7 @@ TIMEOUT_S = {
     "evidence": 12 * HOUR,  # the paper profile may index PubMed baseline files
     "model": 2 * HOUR,  # may download a multi-GB base model
     "judge": 4 * HOUR,  # one pass over the training pairs and one over the test pairs
+    "sft": 12 * HOUR,  # the warm start both training runs begin from
     "train": 72 * HOUR,  # one GRPO run; a rerun resumes from its last checkpoint
     "select": HOUR,
     "evaluate": 24 * HOUR,  # seven systems on the full test sets
@@ -111,6 +112,11 @@ def model_task(root: str = ".") -> dict[str, Any]:
 @task(name="judge", tags=["gpu"], timeout_seconds=TIMEOUT_S["judge"])
 def judge_task(root: str = ".") -> dict[str, Any]:
     return run_stage("judge", root)
+
+
+@task(name="sft", tags=["gpu"], timeout_seconds=TIMEOUT_S["sft"])
+def sft_task(root: str = ".") -> dict[str, Any]:
+    return run_stage("sft", root)
 
 
 # `gpu`: a work pool, or a tag concurrency limit (`prefect concurrency-limit create gpu 1`), routes it.

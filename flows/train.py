@@ -1,4 +1,4 @@
-"""Prefect flow `biocheck-train`: model -> judge -> train@VARIANT -> select@VARIANT, each its DVC stage.
+"""Prefect flow `biocheck-train`: model -> judge -> sft -> train@VARIANT -> select@VARIANT, each its DVC stage.
 
 The entrypoint of the `gpu` deployment that `biocheck-pipeline` calls when `orchestrate.train_deployment`
 is set; its worker must run in the same project directory as the pipeline (a shared file system), since
@@ -20,13 +20,13 @@ from biocheck import tracking  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry  # noqa: E402
 from biocheck.rewards.components import VARIANTS  # noqa: E402
-from flows.tasks import judge_task, main, model_task, select_task, train_task  # noqa: E402
+from flows.tasks import judge_task, main, model_task, select_task, sft_task, train_task  # noqa: E402
 
 
 @flow(name="biocheck-train", log_prints=True)
 def train_flow(params: str = "params.yaml", root: str = ".", variants: list[str] | None = None,
                init_model: bool = True, pipeline_id: str | None = None) -> dict:
-    """Build/fetch the base model (optional), train the judge, train each reward variant (default: all, dvc.yaml's train@...
+    """Build/fetch the base model (optional), train the judge and the shared warm start, train each reward variant (default: all, dvc.yaml's train@...
     stages), then select each one's best checkpoint. `pipeline_id`: the calling pipeline's (flows/pipeline.py
     passes it to the train deployment), so these stages' MLflow runs nest under that pipeline's parents."""
     # secrets blanked in this run's log lines and in any error leaving it
@@ -39,6 +39,8 @@ def train_flow(params: str = "params.yaml", root: str = ".", variants: list[str]
                              "(the train@... stages of dvc.yaml)")
         out = {"model": model_task(root)} if init_model else {}
         out["judge"] = judge_task(root)  # R_evidence's judge, before any reward is computed
+        if variants:
+            out["sft"] = sft_task(root)  # once: every variant's GRPO starts from it
         for v in variants:  # one at a time: both share the host's GPU (and DVC's project lock)
             out[f"train@{v}"] = train_task(root, v)
         for v in variants:

@@ -115,7 +115,8 @@ def _covers(declared: list[str], path: Path | str) -> bool:
 
 # The params.yaml sections each stage's command reads (biocheck.pipeline builds its Config from them).
 SECTIONS = {"fetch": ["fetch"], "prepare": ["data"], "validate": ["validate"], "evidence": ["evidence"],
-            "model": ["model"], "judge": ["judge"], "train": ["train", "reward", "agent", "search"], "select": ["select"],
+            "model": ["model"], "judge": ["judge"],
+            "sft": ["train.sft", "train.seed", "train.search_backend", "search"], "train": ["train", "reward", "agent", "search"], "select": ["select"],
             "evaluate": ["evaluate", "agent", "search", "reward"]}
 VARIANTS = ("eg_grpo", "outcome_only")
 
@@ -137,9 +138,12 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
     io["judge"] = ([judge.base, prep.out_dir / "full" / "scifact.jsonl", prep.out_dir / "corpus.jsonl"],
                    [judge.out_dir, judge.metrics_path])
     reward_judge = c.reward_config(params)[1].spec.partition(":")[2]  # the judge the reward asks
+    sft_dir = c.train_setup(params).train.sft["out_dir"]  # shared: both variants start from it
+    io["sft"] = ([model.out_dir, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"], [sft_dir])
     for v in VARIANTS:  # one training run and one selection per reward variant (DVC foreach)
         train, sel = c.train_setup(params, variant=v).train, c.select_config(params, variant=v)
-        io[f"train@{v}"] = ([model.out_dir, reward_judge, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"],
+        assert train.sft["out_dir"] == sft_dir
+        io[f"train@{v}"] = ([model.out_dir, sft_dir, reward_judge, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"],
                             [train.out_dir, train.metrics_path])
         io[f"select@{v}"] = ([sel.checkpoints], [sel.out_dir, sel.metrics_path, sel.curve_path])
     ev_cfg, models = c.evaluate_config(params), c.eval_models(params)

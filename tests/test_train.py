@@ -234,7 +234,9 @@ def test_grpo_config_carries_every_field_and_the_fixed_settings(tmp_path):
     assert {k: getattr(args, k) for k in TrainConfig.GRPO_FIELDS} == GRPO_VALUES
     assert args.output_dir == str(tmp_path / "out") and args.max_tool_calling_iterations == 5
     assert (args.eval_strategy, args.save_strategy) == ("steps", "steps")
-    assert args.per_device_eval_batch_size == 4  # evaluation batches as large as training ones
+    assert args.per_device_eval_batch_size == 4  # unset: evaluation batches as large as training ones
+    wide = TrainConfig(**{**GRPO_VALUES, "per_device_eval_batch_size": 8}).grpo_config(tmp_path / "w", 1, [])
+    assert wide.per_device_eval_batch_size == 8 and wide.per_device_train_batch_size == 4
     assert args.use_cpu is (not torch.cuda.is_available()) and args.report_to == []
     assert (args.save_only_model, args.log_completions, args.remove_unused_columns) == (False, False, False)
     # a field left unset (None) keeps TRL's own default
@@ -582,7 +584,7 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     params = wiring.params()
     c = train_setup(params)
     prompts = Prompts(max_searches=2, papers_per_search=3)
-    base, out, sft_dir = wiring.tmp / "base", wiring.tmp / "ckpt", wiring.tmp / "ckpt" / "sft"
+    base, out, sft_dir = wiring.tmp / "base", wiring.tmp / "ckpt", wiring.tmp / "sft"
     stats = train_stage(params)
 
     # data, run key and search tool come from the params
@@ -592,7 +594,7 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     key = run_key(c, prompts, "fp:base", ["t1", "t2"], ["v1"])
     assert json.loads((out / "run_key.json").read_text()) == {"key": key}
     assert wiring.tools == [c.search]
-    # SFT warm start: demonstrations in the agent's environment, saved under <out_dir>/sft
+    # SFT warm start: demonstrations in the agent's environment, saved in sft/ beside the checkpoints
     assert wiring.corpus_dirs == [prepared]
     assert [(rid, type(env), env._tool, env._max, env._chars, env._prompts, corpus, n)
             for rid, env, corpus, n in wiring.demos] == [
@@ -602,7 +604,7 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     assert (sft_model.kind, sft_model.path, sft_tok.kind, sft_tok.path) == ("model", base, "tokenizer", base)
     assert convs == [prompts.messages(r.claim) + [{"role": "assistant", "content": f"demo of {r.id}"}]
                      for r in wiring.records["train"]]
-    assert sft_cfg == SFTConfig(enabled=True, epochs=1) and seed == 7 and progress is True
+    assert sft_cfg == SFTConfig(enabled=True, epochs=1, out_dir=sft_dir) and seed == 7 and progress is True
     assert json.loads((sft_dir / "config.json").read_text()) == {"from": str(base)}
     assert json.loads((sft_dir / "tokenizer.json").read_text()) == {"from": str(base)}
     assert json.loads((sft_dir / "sft_stats.json").read_text()) == wiring.SFT_STATS
@@ -639,7 +641,7 @@ def test_train_resumes_and_reuses_the_sft_weights(wiring):
 
     params = wiring.params()
     train(params, progress=False)
-    out, sft_dir = wiring.tmp / "ckpt", wiring.tmp / "ckpt" / "sft"
+    out, sft_dir = wiring.tmp / "ckpt", wiring.tmp / "sft"
     _checkpoint_dirs(out, [2])
     wiring.loads.clear()
     wiring.tracking_on, wiring.history, wiring.steps = False, [{"step": 3, "loss": 0.1}], 3
@@ -668,9 +670,54 @@ def test_train_without_sft_starts_from_the_base_model(wiring):
     base = wiring.tmp / "base"
     assert wiring.sft == [] and wiring.demos == [] and wiring.corpus_dirs == []
     assert wiring.loads == [("tokenizer", base), ("model", base)]
-    assert wiring.runs[0][1]["start"] == str(base) and not (wiring.tmp / "ckpt" / "sft").exists()
+    assert wiring.runs[0][1]["start"] == str(base) and not (wiring.tmp / "sft").exists()
     assert stats["sft"] == {} and wiring.metrics == [{}]
     assert not (wiring.tmp / "metrics").exists()  # metrics_path null: no metrics file
+
+
+def test_both_variants_start_from_one_warm_start_trained_once(wiring):
+    from biocheck.pipeline import sft_stage, train_stage
+
+    params = wiring.params()
+    sft_dir = wiring.tmp / "sft"
+    stats = sft_stage(params, progress=False)
+    assert stats == {"enabled": True, "out_dir": str(sft_dir), **wiring.SFT_STATS} and len(wiring.sft) == 1
+    assert (sft_dir / "sft_key.json").is_file()
+    for variant in ("eg_grpo", "outcome_only"):
+        train_stage(params, progress=False, variant=variant)
+    assert len(wiring.sft) == 1  # neither run trained it again
+    assert [(t["model"].path, t["cfg"].out_dir) for t in wiring.trainers] == [
+        (sft_dir, wiring.tmp / "ckpt"), (sft_dir, wiring.tmp / "ckpt_outcome_only")]
+    # the reward is not among its inputs; the warm start's own settings are
+    params["reward"]["beta2"] = 0.25
+    sft_stage(params, progress=False)
+    assert len(wiring.sft) == 1
+    params["train"]["sft"]["epochs"] = 2
+    train_stage(params, progress=False)
+    assert len(wiring.sft) == 2 and wiring.sft[-1][3].epochs == 2  # other inputs: trained again, in place
+    assert wiring.trainers[-1]["model"].path == sft_dir
+
+
+def test_the_warm_start_of_other_inputs_or_half_a_folder_is_not_reused(wiring):
+    from biocheck.pipeline import sft_stage
+
+    params = wiring.params()
+    sft_stage(params, progress=False)
+    params["train"]["seed"] = 8
+    sft_stage(params, progress=False)
+    assert [seed for *_, seed, _ in wiring.sft] == [7, 8]
+    (wiring.tmp / "sft" / "config.json").unlink()  # no weights: not a model, whatever its key says
+    sft_stage(params, progress=False)
+    assert len(wiring.sft) == 3
+
+
+def test_sft_disabled_records_it_and_trains_nothing(wiring):
+    from biocheck.pipeline import sft_stage
+
+    params = wiring.params(sft=False)
+    assert sft_stage(params, progress=False) == {"enabled": False, "out_dir": str(wiring.tmp / "sft")}
+    assert json.loads((wiring.tmp / "sft" / "sft_stats.json").read_text()) == {"enabled": False}
+    assert wiring.sft == [] and wiring.loads == []
 
 
 # --- the real loop: tiny model, a few steps, killed and resumed -----------------------------------
@@ -692,6 +739,7 @@ def project(tmp_path, raw_dir, tiny_model):
     params["reward"].update(judge=f"transformers:{tiny_model}", judge_cache=str(tmp_path / "judge.sqlite"))
     params["train"].update(out_dir=str(tmp_path / "ckpt"), max_steps=4, save_steps=1, eval_steps=1,
                            num_generations=2, per_device_train_batch_size=2, num_generations_eval=2,
+                           per_device_eval_batch_size=4,  # 2 validation claims x 2 per batch
                            max_completion_length=256, sft={"enabled": True, "epochs": 1})
     params["agent"].update(max_searches=1, max_new_tokens=64)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))

@@ -564,6 +564,25 @@ def score(
 # --- training ---------------------------------------------------------------------------------------
 
 @app.command()
+def sft(
+    params: ParamsOpt = Path("params.yaml"),
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Train the supervised warm start that GRPO begins from (train.sft) into models/sft.
+
+    The model of models/base is fine-tuned on demonstration episodes built from SciFact train in the
+    agent's own environment: a Boolean query, the real tool output, a report quoting the gold rationale
+    (docs/training.md). Both reward variants (EG-GRPO and outcome-only GRPO) start from this one model, so
+    it is trained once; `biocheck train` reuses it when it was trained from the same inputs and trains it
+    first otherwise. With train.sft.enabled false (the paper profile) it only records that in models/sft.
+    """
+    from biocheck.pipeline import sft_stage
+
+    stats = _run(sft_stage, params, progress=progress and sys.stderr.isatty())
+    err.print(json.dumps(stats, indent=2), markup=False, highlight=False)
+
+
+@app.command()
 def train(
     params: ParamsOpt = Path("params.yaml"),
     max_steps: Annotated[int | None, typer.Option(help="Override train.max_steps.")] = None,
@@ -574,8 +593,8 @@ def train(
 ) -> None:
     """Train the agent with EG-GRPO (TRL GRPOTrainer) from models/base.
 
-    Optionally first a supervised warm start on demonstration episodes (train.sft.enabled; the
-    quickstart's tiny model needs it). Rollouts run the agent's own tool loop (same prompts, tool,
+    Starts from the supervised warm start of `biocheck sft` (train.sft.enabled; trained first when
+    models/sft does not hold one of the same inputs), else from models/base. Rollouts run the agent's own tool loop (same prompts, tool,
     budget, intervention and report parser) over the search backend train.search_backend; rewards
     are reward.variant (eg_grpo or outcome_only) with the weights in `reward:`. Checkpoints go to
     models/checkpoints every train.save_steps with a validation reward every train.eval_steps.

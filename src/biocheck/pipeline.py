@@ -414,6 +414,16 @@ def _fingerprint(model_dir: Path, stats: dict) -> str | None:
     return model_fingerprint(model_dir) if (model_dir / "config.json").is_file() else None
 
 
+def sft_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True, **overrides: Any) -> dict:
+    """The SFT warm start both reward variants' training runs begin from (train.sft.out_dir)."""
+    from biocheck.train.stage import sft
+
+    p = params_of(params)
+    setup, track = train_setup(p, **overrides), tracked(p)
+    with track:
+        return sft(setup, progress=progress)
+
+
 def train_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
                 variant: str | None = None, **overrides: Any) -> dict:
     from biocheck.train.stage import train

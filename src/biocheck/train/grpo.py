@@ -47,14 +47,21 @@ class TrainConfig:
     # vllm_mode "server": the `trl vllm-serve` server on its own GPU (docs/orchestration.md, multi-GPU training)
     vllm_server_base_url: str | None = None
     num_generations_eval: int | None = None
+    # episodes generated together in a validation pass (null: per_device_train_batch_size); a multiple of
+    # num_generations_eval. One batch for the whole validation set is the fastest on a CPU.
+    per_device_eval_batch_size: int | None = None
     eval_on_start: bool = True  # the start's validation reward (the learning check compares against it)
     lora: dict[str, Any] | None = None  # e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}
-    sft: dict[str, Any] = field(default_factory=dict)  # SFTConfig fields; {enabled: false} in the paper profile
+    # SFTConfig fields; {enabled: false} in the paper profile. Its out_dir defaults to `sft` beside out_dir
+    # (models/sft): one warm start that every reward variant's run begins from (`biocheck sft`).
+    sft: dict[str, Any] = field(default_factory=dict)
     sample_episodes: int = 4  # rollouts logged to MLflow per logging step
     metrics_path: Path | None = Path("metrics/train.json")  # null: write no metrics file (benchmarks)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
+        self.sft = dict(self.sft or {})
+        self.sft.setdefault("out_dir", str(self.out_dir.parent / "sft"))
         if self.save_steps < 1 or self.eval_steps < 1:
             raise ValueError(f"train.save_steps={self.save_steps}, train.eval_steps={self.eval_steps}: "
                              "both must be >= 1")
@@ -76,7 +83,7 @@ class TrainConfig:
         kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
         return GRPOConfig(
             output_dir=str(output_dir), eval_strategy="steps", save_strategy="steps",
-            per_device_eval_batch_size=self.per_device_train_batch_size,
+            per_device_eval_batch_size=self.per_device_eval_batch_size or self.per_device_train_batch_size,
             max_tool_calling_iterations=max_tool_calling_iterations,
             use_cpu=not torch.cuda.is_available(), report_to=report_to, save_only_model=False,
             log_completions=False, remove_unused_columns=False, **kwargs)

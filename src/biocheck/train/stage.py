@@ -1,4 +1,5 @@
-"""`biocheck train`: SFT warm start (optional) then EG-GRPO, resumable, tracked in MLflow."""
+"""`biocheck sft` and `biocheck train`: the SFT warm start (optional, shared by every reward variant), then
+EG-GRPO from it, resumable, tracked in MLflow."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from biocheck.pipeline import TrainSetup
 
 log = logging.getLogger(__name__)
 
-SFT_DIR = "sft"
+SFT_KEY = "sft_key.json"  # the inputs the warm start in a folder was trained from
+SFT_STATS = "sft_stats.json"
 
 
 def run_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: list[str], val_ids: list[str]) -> str:
@@ -33,6 +35,86 @@ def run_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: l
         "train": plain(c.train), "agent": plain(c.agent), "search": plain(c.search),
         "reward": plain(c.reward), "judge": c.judge.spec, "judge_prompt": judge_prompt_hash(),
         "prompts": prompts.hash(), "base": base_fingerprint, "train_ids": list(train_ids), "val_ids": list(val_ids)})
+
+
+def sft_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: list[str]) -> str:
+    """The identity of a warm start: what changes the demonstrations or how they are learned. Not the reward:
+    EG-GRPO and outcome-only GRPO start from the same SFT model (trained once, `biocheck sft`)."""
+    from biocheck.params import plain
+    from biocheck.train.grpo import fingerprint_inputs
+
+    sft = {k: v for k, v in c.train.sft.items() if k != "out_dir"}  # where it is saved changes nothing
+    return fingerprint_inputs({
+        "sft": sft, "seed": c.train.seed, "max_searches": c.agent.max_searches,
+        "abstract_chars": c.agent.abstract_chars, "search": plain(c.search), "prompts": prompts.hash(),
+        "base": base_fingerprint, "train_ids": list(train_ids)})
+
+
+def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, train_recs: list,
+               progress: bool = True) -> tuple[Any, dict[str, Any]]:
+    """(the model GRPO starts from, the warm start's stats): models/base when train.sft.enabled is false,
+    else the SFT model in train.sft.out_dir, trained there first unless it already holds one of the same
+    inputs (`sft_key`). Under a multi-process launcher the first process trains it; the others wait."""
+    from accelerate import PartialState
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from biocheck.data.prepare import load_corpus
+    from biocheck.io import atomic_dir
+    from biocheck.train.demos import demonstration
+    from biocheck.train.env import make_env
+    from biocheck.train.sft import SFTConfig, train_sft
+
+    sft_cfg = SFTConfig(**c.train.sft)
+    if not sft_cfg.enabled:
+        return c.model.out_dir, {}
+    out, key = sft_cfg.out_dir, sft_key(c, prompts, base_fingerprint, [r.id for r in train_recs])
+    state = PartialState()
+
+    def current() -> bool:
+        marker = out / SFT_KEY
+        return (out / "config.json").is_file() and marker.is_file() and json.loads(marker.read_text()).get("key") == key
+
+    if state.is_main_process and not current():
+        if out.exists():
+            log.info("%s holds a warm start of other inputs; training it again", out)
+        base = c.model.out_dir
+        tok = AutoTokenizer.from_pretrained(base)
+        model = AutoModelForCausalLM.from_pretrained(base)
+        env = make_env(tool, prompts, c.agent.max_searches, c.agent.abstract_chars)
+        corpus = {d.id: d for d in load_corpus(c.prepared)}
+        convs = [prompts.messages(r.claim) + demonstration(r, env, corpus, c.agent.max_searches) for r in train_recs]
+        stats = train_sft(model, tok, convs, sft_cfg, tools=[prompts.tool_schema()], seed=c.train.seed,
+                          progress=progress)
+        with atomic_dir(out) as tmp:  # a kill mid-save leaves the old folder (or none), never half of one
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            (tmp / SFT_STATS).write_text(json.dumps(stats, indent=2) + "\n")
+            (tmp / SFT_KEY).write_text(json.dumps({"key": key}) + "\n")
+        log.info("SFT warm start: %s -> %s", stats, out)
+    state.wait_for_everyone()
+    stats_file = out / SFT_STATS
+    return out, json.loads(stats_file.read_text()) if stats_file.is_file() else {}
+
+
+def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
+    """`biocheck sft`: the warm start every reward variant's GRPO begins from (train.sft.out_dir). With
+    train.sft.enabled false the folder only records that (DVC needs the stage's output)."""
+    from biocheck.agent.llm.transformers_backend import model_fingerprint
+    from biocheck.data.prepare import load_split
+    from biocheck.io import atomic_dir
+    from biocheck.pipeline import make_prompts, make_search_tool
+    from biocheck.train.sft import SFTConfig
+
+    sft_cfg = SFTConfig(**c.train.sft)
+    if not sft_cfg.enabled:
+        with atomic_dir(sft_cfg.out_dir) as tmp:
+            (tmp / SFT_STATS).write_text(json.dumps({"enabled": False}) + "\n")
+        return {"enabled": False, "out_dir": str(sft_cfg.out_dir)}
+    train_recs = load_split("scifact", "train", c.prepared)
+    tool = make_search_tool(c.search)
+    prompts = make_prompts(c.agent, tool)
+    out, stats = warm_start(c, prompts, tool, model_fingerprint(c.model.out_dir), train_recs, progress=progress)
+    return {"enabled": True, "out_dir": str(out), **stats}
 
 
 def make_bank(c: TrainSetup):
@@ -55,16 +137,13 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from biocheck.agent.llm.transformers_backend import model_fingerprint
-    from biocheck.data.prepare import load_corpus, load_split
-    from biocheck.io import atomic_dir
+    from biocheck.data.prepare import load_split
     from biocheck.params import plain
     from biocheck.pipeline import make_prompts, make_search_tool
     from biocheck.train.callbacks import SampleEpisodes
     from biocheck.train.dataset import to_dataset
-    from biocheck.train.demos import demonstration
-    from biocheck.train.env import env_factory, make_env
+    from biocheck.train.env import env_factory
     from biocheck.train.grpo import latest_checkpoint, make_trainer, prepare_out_dir
-    from biocheck.train.sft import SFTConfig, train_sft
 
     if not progress:  # dvc repro / flows: no "Loading weights" bars in the log either
         from transformers.utils import logging as hf_logging
@@ -87,28 +166,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     if not main:
         resume = latest_checkpoint(cfg.out_dir)
 
-    start = base
-    sft_cfg = SFTConfig(**cfg.sft)
-    sft_stats: dict[str, Any] = {}
-    if sft_cfg.enabled:
-        start = cfg.out_dir / SFT_DIR
-        if main and not (start / "config.json").exists():
-            tok = AutoTokenizer.from_pretrained(base)
-            model = AutoModelForCausalLM.from_pretrained(base)
-            env = make_env(tool, prompts, agent_cfg.max_searches, agent_cfg.abstract_chars)
-            corpus = {d.id: d for d in load_corpus(c.prepared)}
-            convs = [prompts.messages(r.claim) + demonstration(r, env, corpus, agent_cfg.max_searches)
-                     for r in train_recs]
-            sft_stats = train_sft(model, tok, convs, sft_cfg, tools=[prompts.tool_schema()], seed=cfg.seed,
-                                  progress=progress)
-            with atomic_dir(start) as tmp:
-                model.save_pretrained(tmp)
-                tok.save_pretrained(tmp)
-                (tmp / "sft_stats.json").write_text(json.dumps(sft_stats, indent=2) + "\n")
-            log.info("SFT warm start: %s", sft_stats)
-        state.wait_for_everyone()
-        if not sft_stats:
-            sft_stats = json.loads((start / "sft_stats.json").read_text()) if (start / "sft_stats.json").exists() else {}
+    start, sft_stats = warm_start(c, prompts, tool, base_fingerprint, train_recs, progress=progress)
 
     tokenizer = AutoTokenizer.from_pretrained(start)
     tokenizer.padding_side = "left"
