@@ -42,8 +42,11 @@ from biocheck.train.select import checkpoint_table, choose  # noqa: E402
 METRICS = ("accuracy", "macro_f1", "eqs", "ehr")
 
 
-def summarise(name: str, variant: str, beta: float, seed: int, out: Path, seconds: float | None) -> dict:
-    """One training run's curve and selected checkpoint (as `biocheck select` chooses it)."""
+def summarise(name: str, variant: str, beta: float, seed: int, out: Path, seconds: float | None,
+              sft_dir: Path | None = None) -> dict:
+    """One training run's curve and selected checkpoint (as `biocheck select` chooses it); `sft_dir`: its
+    warm start (default: `sft` in the run's folder)."""
+    sft_dir = out / "sft" if sft_dir is None else sft_dir
     rows, history = checkpoint_table(out)
     best = choose(rows)
     curve = [(h["step"], h["eval_reward"]) for h in history if "eval_reward" in h]
@@ -52,7 +55,7 @@ def summarise(name: str, variant: str, beta: float, seed: int, out: Path, second
             "selected": best["eval_reward"], "selected_step": best["step"], "checkpoint": best["checkpoint"],
             "gain": None if start is None else best["eval_reward"] - start,
             "selected_components": {k: best.get(k) for k in ("outcome", "search", "evidence", "hallucination")},
-            "curve": curve, "seconds": seconds, "sft_dir": str(out / "sft") if (out / "sft").is_dir() else None}
+            "curve": curve, "seconds": seconds, "sft_dir": str(sft_dir) if (sft_dir / "config.json").is_file() else None}
 
 
 def train_run(params: dict, variant: str, beta: float, seed: int, out: Path, max_steps: int | None,
@@ -83,7 +86,8 @@ def pipeline_runs(params: dict) -> list[dict]:
         if not ckpt.is_dir():
             continue
         try:
-            out.append(summarise(f"pipeline-{variant}", variant, cfg.beta, cfg.seed, ckpt, None))
+            out.append(summarise(f"pipeline-{variant}", variant, cfg.beta, cfg.seed, ckpt, None,
+                                 sft_dir=Path(cfg.sft["out_dir"]) if cfg.sft.get("enabled", True) else ckpt / "sft"))
         except InputError as e:  # a run stopped before its first checkpoint: nothing to report for it
             print(f"--pipeline: {variant} skipped: {e}", file=sys.stderr)
     if not out:

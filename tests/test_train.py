@@ -267,14 +267,14 @@ def _fake_trl(monkeypatch):
 
 
 def test_make_trainer_hands_trl_the_bank_environment_and_config(tmp_path, monkeypatch):
-    from biocheck.train.grpo import TimedMixin, make_trainer
+    from biocheck.train.grpo import NoEvalLossMixin, TimedMixin, make_trainer
 
     fake = _fake_trl(monkeypatch)
     monkeypatch.delenv("TRL_EXPERIMENTAL_SILENCE", raising=False)
     cfg = TrainConfig(out_dir=tmp_path / "ckpt", **GRPO_VALUES)
     model, tok, train_ds, eval_ds, factory, cb = object(), object(), object(), object(), object(), object()
     trainer = make_trainer(model, tok, cfg, train_ds, eval_ds, factory, _Bank(), 6, [], callbacks=[cb])
-    assert isinstance(trainer, TimedMixin) and isinstance(trainer, fake)
+    assert isinstance(trainer, TimedMixin) and isinstance(trainer, NoEvalLossMixin) and isinstance(trainer, fake)
     assert os.environ["TRL_EXPERIMENTAL_SILENCE"] == "1"
     k = trainer.kwargs
     assert (k["model"], k["processing_class"], k["train_dataset"], k["eval_dataset"], k["environment_factory"]) == (
@@ -323,6 +323,25 @@ def test_generation_time_is_logged_per_mode(monkeypatch):
     assert ev._generate_and_score_completions(["b2"]) == {"scored": ["b2"]}
     assert dict(train._metrics["train"]) == {"time/generation_s": [2.5]} and not train._metrics["eval"]
     assert dict(ev._metrics["eval"]) == {"time/generation_s": [0.25]} and not ev._metrics["train"]
+
+
+def test_validation_scores_the_episodes_without_trls_eval_loss():
+    import biocheck.train.grpo as g
+
+    class Base:
+        def _prepare_inputs(self, inputs):
+            self.prepared = inputs  # TRL: generate, score and log the eval_* metrics
+            return {"advantages": inputs}
+
+        def prediction_step(self, *a, **k):  # TRL's: a GRPO loss forward pass over every episode
+            raise AssertionError("the loss pass ran")
+
+    class Trainer(g.NoEvalLossMixin, Base):
+        pass
+
+    t = Trainer()
+    assert t.prediction_step(object(), ["b"], prediction_loss_only=True) == (None, None, None)
+    assert t.prepared == ["b"]  # the episodes were still generated and scored
 
 
 # --- selection ------------------------------------------------------------------------------------

@@ -105,6 +105,10 @@ def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from biocheck.pipeline import make_prompts, make_search_tool
     from biocheck.train.sft import SFTConfig
 
+    if not progress:  # dvc repro / flows: no "Loading weights" bars in the log either
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     sft_cfg = SFTConfig(**c.train.sft)
     if not sft_cfg.enabled:
         with atomic_dir(sft_cfg.out_dir) as tmp:
