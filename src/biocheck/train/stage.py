@@ -37,6 +37,14 @@ def run_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: l
         "prompts": prompts.hash(), "base": base_fingerprint, "train_ids": list(train_ids), "val_ids": list(val_ids)})
 
 
+def _quiet_transformers(progress: bool) -> None:
+    """dvc repro / flows (no progress): no "Loading weights" bars in the log either."""
+    if not progress:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def sft_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: list[str]) -> str:
     """The identity of a warm start: what changes the demonstrations or how they are learned. Not the reward:
     EG-GRPO and outcome-only GRPO start from the same SFT model (trained once, `biocheck sft`)."""
@@ -105,10 +113,7 @@ def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from biocheck.pipeline import make_prompts, make_search_tool
     from biocheck.train.sft import SFTConfig
 
-    if not progress:  # dvc repro / flows: no "Loading weights" bars in the log either
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    _quiet_transformers(progress)
     sft_cfg = SFTConfig(**c.train.sft)
     if not sft_cfg.enabled:
         with atomic_dir(sft_cfg.out_dir) as tmp:
@@ -149,10 +154,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from biocheck.train.env import env_factory
     from biocheck.train.grpo import latest_checkpoint, make_trainer, prepare_out_dir
 
-    if not progress:  # dvc repro / flows: no "Loading weights" bars in the log either
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    _quiet_transformers(progress)
     cfg, agent_cfg = c.train, c.agent
     base = c.model.out_dir
     train_recs = load_split("scifact", "train", c.prepared)
