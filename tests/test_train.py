@@ -717,7 +717,8 @@ def test_both_variants_start_from_one_warm_start_trained_once(wiring):
     assert wiring.trainers[-1]["model"].path == sft_dir
 
 
-def test_the_warm_start_of_other_inputs_or_half_a_folder_is_not_reused(wiring):
+def test_the_warm_start_of_other_inputs_or_half_a_folder_is_not_reused(wiring, monkeypatch):
+    import biocheck.train.demos as demos_mod
     from biocheck.pipeline import sft_stage
 
     params = wiring.params()
@@ -728,6 +729,11 @@ def test_the_warm_start_of_other_inputs_or_half_a_folder_is_not_reused(wiring):
     (wiring.tmp / "sft" / "config.json").unlink()  # no weights: not a model, whatever its key says
     sft_stage(params, progress=False)
     assert len(wiring.sft) == 3
+    sft_stage(params, progress=False)
+    assert len(wiring.sft) == 3  # same inputs: reused
+    monkeypatch.setattr(demos_mod, "DEMO_FORMAT", demos_mod.DEMO_FORMAT + 1)  # demonstrations of a new format
+    sft_stage(params, progress=False)
+    assert len(wiring.sft) == 4
 
 
 def test_sft_disabled_records_it_and_trains_nothing(wiring):

@@ -7,6 +7,7 @@ papers a search returns filled in from the configured search tool (`search.max_r
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 
@@ -58,7 +59,8 @@ def tool_schema(papers: int) -> dict[str, Any]:
 
 
 def format_results(out: ToolOutput, abstract_chars: int | None = None) -> str:
-    """The text the model reads after a search: papers concatenated, or an error/empty notice."""
+    """The text the model reads after a search: papers concatenated, or an error/empty notice. An abstract
+    longer than `abstract_chars` is shown as its `excerpt` for the query."""
     if out.error:
         return f"Search error: {out.error}"
     if not out.results:
@@ -68,7 +70,7 @@ def format_results(out: ToolOutput, abstract_chars: int | None = None) -> str:
     for r in out.results:
         abstract = r.get("abstract") or "(no abstract)"
         if abstract_chars and len(abstract) > abstract_chars:
-            abstract = cut_abstract(abstract, abstract_chars)
+            abstract = excerpt(abstract, abstract_chars, out.query)
         blocks.append(f"PMID: {r['pmid']}\nTitle: {r.get('title', '')}\nAbstract: {abstract}")
     return "\n\n".join(blocks)
 
@@ -80,3 +82,61 @@ def cut_abstract(abstract: str, limit: int) -> str:
         return head.rstrip() + " ..."
     cut = head.rsplit(" ", 1)[0] if " " in head else head
     return cut.rstrip() + " ..."
+
+
+# Sentence ends: . ! ? then space(s) and a capital, digit or opening bracket/quote ("e.g. h" is not an end).
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[\"'“])")
+_WORD = re.compile(r"[a-z0-9][a-z0-9-]*")
+_QUERY_WORD = re.compile(r"[a-z0-9][a-z0-9-]*\*?")
+_OPERATORS = frozenset({"and", "or", "not"})
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of `text`, each a verbatim (stripped) piece of it."""
+    return [s.strip() for s in _SENTENCE_END.split(text or "") if s.strip()]
+
+
+def query_words(query: str) -> set[str]:
+    """The words a Boolean query searches for: no operators, no field tags; `word*` keeps its star (a prefix)."""
+    text = re.sub(r"\[[^\]]*\]", " ", (query or "").lower())
+    return {w for w in _QUERY_WORD.findall(text) if w not in _OPERATORS and len(w.rstrip("*")) >= 3}
+
+
+def _hits(sentence: str, words: set[str]) -> int:
+    tokens = set(_WORD.findall(sentence.lower()))
+    return sum(1 for w in words
+               if (any(t.startswith(w[:-1]) for t in tokens) if w.endswith("*") else w in tokens))
+
+
+def excerpt(abstract: str, limit: int, query: str = "") -> str:
+    """At most about `limit` characters of `abstract` for the model to read, chosen for `query`.
+
+    Whole sentences, those with the most query words first (ties: earlier first), until the budget is spent,
+    shown in the abstract's order with " ... " where sentences were left out. Why not the first `limit`
+    characters: a finding usually sits in the results and conclusions at the end, and a model can only
+    quote what it is shown: with 400 characters, 113 of the 125 rationale sentences of the smol profile's
+    SciFact train claims were never shown (docs/agent.md). With no query word in the abstract (or one
+    sentence longer than the budget) it falls back to the first `limit` characters (`cut_abstract`).
+    """
+    if len(abstract) <= limit:
+        return abstract
+    sentences, words = split_sentences(abstract), query_words(query)
+    score = [_hits(s, words) for s in sentences]
+    if len(sentences) < 2 or not any(score):
+        return cut_abstract(abstract, limit)
+    keep, used = [], 0
+    for i in sorted(range(len(sentences)), key=lambda i: (-score[i], -i)):
+        if used + len(sentences[i]) + 1 <= limit:
+            keep.append(i)
+            used += len(sentences[i]) + 1
+    if not keep or not score[min(keep, key=lambda i: (-score[i], -i))]:
+        return cut_abstract(abstract, limit)
+    keep.sort()
+    parts = ["..."] if keep[0] > 0 else []
+    for j, i in enumerate(keep):
+        if j and i != keep[j - 1] + 1:
+            parts.append("...")
+        parts.append(sentences[i])
+    if keep[-1] < len(sentences) - 1:
+        parts.append("...")
+    return " ".join(parts)

@@ -4,8 +4,10 @@ A random tiny model cannot discover the tool-call and report formats by RL in mi
 first shown episodes built from SciFact train: the claim, a Boolean query from its key terms (relaxed
 once if nothing is found), the *actual* tool output of that query through the same environment the
 RL rollouts use, and a report that quotes the gold rationale sentences of a retrieved gold abstract
-with the gold label, or concludes NOT ENOUGH INFORMATION when no gold abstract was retrieved.
-A demonstration never quotes text its own episode did not retrieve.
+with the gold label, or concludes NOT ENOUGH INFORMATION when no gold sentence was shown.
+A demonstration quotes only what its own tool output showed the model (an abstract longer than
+`agent.abstract_chars` is shown as an excerpt): quoting a retrieved sentence the model never saw would
+teach it to write quotes from memory, i.e. to paraphrase and invent.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from biocheck.labels import Label
 from biocheck.report.quotes import find_quote
 from biocheck.report.schema import EvidenceItem, Report, Summary
 from biocheck.report.writer import format_report
+
+# Bump when the demonstrations change for the same inputs: it is part of the warm start's key (sft_key).
+DEMO_FORMAT = 2  # 2: quotes only from the tool output's text (1 quoted any sentence of a retrieved abstract)
 
 STOPWORDS = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "without", "and", "or", "not", "no", "is", "are", "was", "were", "be", "been", "being", "has", "have", "had", "do", "does", "did", "can", "could", "may", "might", "will", "would", "shall", "should", "this", "that", "these", "those", "it", "its", "their", "there", "than", "then", "as", "into", "about", "after", "before", "over", "under", "between", "among", "during", "through", "via", "vs", "versus", "per", "which", "who", "whom", "whose", "what", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "only", "own", "same", "so", "too", "very", "just", "also", "increase", "increases", "increased", "decrease", "decreases", "decreased", "reduce", "reduces", "reduced", "associated", "association", "risk", "effect", "effects", "patients", "people", "individuals"])
 
@@ -55,18 +60,21 @@ def demonstration(record: ClaimRecord, env, corpus: dict[str, CorpusDoc], max_se
                          "content": env.search_pubmed(query)})
         if env.budget.ledger:
             break
-    messages.append({"role": "assistant", "content": format_report(_report(record, env.budget.ledger, corpus))})
+    shown = "\n\n".join(m["content"] for m in messages if m["role"] == "tool")
+    messages.append({"role": "assistant", "content": format_report(_report(record, env.budget.ledger, corpus, shown))})
     return messages
 
 
-def _report(record: ClaimRecord, ledger: dict, corpus: dict[str, CorpusDoc]) -> Report:
+def _report(record: ClaimRecord, ledger: dict, corpus: dict[str, CorpusDoc], shown: str) -> Report:
     items: list[EvidenceItem] = []
     for ev in record.evidence:
         doc, article = corpus.get(ev.doc_id), ledger.get(ev.doc_id)
         if doc is None or article is None:
             continue  # not retrieved in this episode: never quoted
         for s in ev.sentences[:2]:
-            if 0 <= s < len(doc.abstract) and find_quote(doc.abstract[s], article.abstract):
+            # in the abstract (the reward's rule) AND in what the tool output showed (what the model can copy)
+            if (0 <= s < len(doc.abstract) and find_quote(doc.abstract[s], article.abstract)
+                    and find_quote(doc.abstract[s], shown)):
                 items.append(EvidenceItem(pmid=ev.doc_id, quote=doc.abstract[s].strip(),
                                           context=f"From the abstract of {ev.doc_id}, which the search retrieved."))
     label = record.label if items else Label.NEI

@@ -49,13 +49,14 @@ def sft_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: l
     """The identity of a warm start: what changes the demonstrations or how they are learned. Not the reward:
     EG-GRPO and outcome-only GRPO start from the same SFT model (trained once, `biocheck sft`)."""
     from biocheck.params import plain
+    from biocheck.train.demos import DEMO_FORMAT
     from biocheck.train.grpo import fingerprint_inputs
 
     sft = {k: v for k, v in c.train.sft.items() if k != "out_dir"}  # where it is saved changes nothing
     return fingerprint_inputs({
         "sft": sft, "seed": c.train.seed, "max_searches": c.agent.max_searches,
         "abstract_chars": c.agent.abstract_chars, "search": plain(c.search), "prompts": prompts.hash(),
-        "base": base_fingerprint, "train_ids": list(train_ids)})
+        "base": base_fingerprint, "train_ids": list(train_ids), "demos": DEMO_FORMAT})
 
 
 def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, train_recs: list,

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from biocheck.agent.budget import QueryRecord
 from biocheck.agent.episode import Episode
 from biocheck.agent.llm.base import ChatLLM
+from biocheck.agent.tools import split_sentences
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.rankers import make_ranker
@@ -31,7 +31,6 @@ NAME = "cer"
 NO_EVIDENCE = "(no sentences were retrieved)"
 # A sentence ends at . ! or ? followed by space and a capital, digit or opening bracket/quote: good
 # enough for abstracts (a rare "e.g. Patients" split costs one sentence, not a wrong answer).
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[\"'“])")
 
 
 @dataclass
@@ -46,10 +45,6 @@ class CERConfig:
         if not isinstance(self.sentences, int) or isinstance(self.sentences, bool) or self.sentences < 1:
             raise ValueError(f"cer.sentences must be an integer >= 1 (sentences in the prompt), not {self.sentences!r}")
         make_ranker(self.ranker)  # a misspelt ranker fails here, not on the first claim
-
-
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text or "") if s.strip()]
 
 
 def candidates(articles: list[Article]) -> list[tuple[str, str]]:
