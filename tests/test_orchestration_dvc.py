@@ -251,6 +251,18 @@ def _start(proj: Path, cmd: list[str]) -> tuple[subprocess.Popen, int]:
     return proc, int((proj / "slow.pid").read_text())
 
 
+def _stop(holder: subprocess.Popen) -> None:
+    """Clean-up: Ctrl-C to the holder's group (DVC and its stage), then SIGKILL if DVC is still there after
+    30 s. DVC itself sometimes outlives a SIGINT (once in a fresh-clone CI run on a loaded machine; not
+    reproduced alone): that is DVC's behaviour, not what the tests using this check."""
+    os.killpg(holder.pid, signal.SIGINT)
+    try:
+        holder.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=30)
+
+
 def test_a_caller_killed_outright_takes_its_stage_down_and_the_rerun_runs(proj):
     """A Prefect worker killed with SIGKILL cannot clean up: the guard notices and stops DVC and the stage."""
     caller, stage = _start(proj, [sys.executable, "-c", CALLER, str(proj)])
@@ -271,8 +283,7 @@ def test_a_live_dvc_holding_the_project_is_named_in_the_error(proj):
                                            r".*-m dvc repro slow\): wait for it to finish or stop it"):
             dvc.repro("slow", proj)
     finally:
-        os.killpg(holder.pid, signal.SIGINT)  # Ctrl-C in its terminal: DVC and its stage stop
-        holder.wait(timeout=30)
+        _stop(holder)
     assert _gone(stage)
     assert dvc.repro("slow", proj).ran  # the stopped holder released the lock: the rerun runs
 
