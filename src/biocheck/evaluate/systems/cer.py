@@ -29,8 +29,6 @@ from biocheck.secrets import redact
 
 NAME = "cer"
 NO_EVIDENCE = "(no sentences were retrieved)"
-# A sentence ends at . ! or ? followed by space and a capital, digit or opening bracket/quote: good
-# enough for abstracts (a rare "e.g. Patients" split costs one sentence, not a wrong answer).
 
 
 @dataclass
