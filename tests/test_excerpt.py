@@ -113,3 +113,30 @@ def test_a_demonstration_never_quotes_a_retrieved_sentence_that_was_not_shown():
     # the whole abstract shown (abstract_chars null): the same sentence is quoted
     msgs, _ = _demo(chars=None, rationale=2)
     assert [e.quote for e in parse_report(msgs[-1]["content"]).report.supporting] == [SENTENCES[2]]
+
+
+class Tool:
+    def __init__(self, *articles: Article):
+        self.articles = list(articles)
+
+    def run(self, query: str) -> ToolOutput:
+        return ToolOutput(query=query, results=[article_dict(a) for a in self.articles], articles=self.articles)
+
+
+def test_a_demonstration_cites_each_paper_once_with_its_own_context_line():
+    # Two quotes of one paper under one shared context line taught the smol SFT model to repeat its
+    # evidence list until the token limit: one item per paper, and the paper's title in its context line.
+    other = ["Hip fractures were as frequent with vitamin D as with placebo.", "Nothing else differed."]
+    docs = {"7": CorpusDoc(id="7", title="Vitamin D trial", abstract=SENTENCES),
+            "8": CorpusDoc(id="8", title="A second trial", abstract=other)}
+    arts = [Article(pmid=k, title=d.title, abstract=" ".join(d.abstract), source="corpus:test") for k, d in docs.items()]
+    record = ClaimRecord(id="1", dataset="scifact", split="train", label=Label.SUPPORTED,
+                         claim="Vitamin D supplementation prevents hip fractures.",
+                         evidence=[GoldEvidence(doc_id="7", sentences=[5, 6], label=Label.SUPPORTED),
+                                   GoldEvidence(doc_id="7", sentences=[1], label=Label.SUPPORTED),
+                                   GoldEvidence(doc_id="8", sentences=[0, 1], label=Label.SUPPORTED)])
+    env = make_env(Tool(*arts), Prompts(max_searches=2), 2, abstract_chars=None)
+    report = parse_report(demonstration(record, env, docs, 2)[-1]["content"]).report
+    assert [(e.pmid, e.quote) for e in report.supporting] == [("7", SENTENCES[5]), ("8", other[0])]
+    contexts = [e.context for e in report.supporting]
+    assert len(set(contexts)) == 2 and "Vitamin D trial" in contexts[0] and "A second trial" in contexts[1]

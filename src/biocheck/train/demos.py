@@ -22,7 +22,9 @@ from biocheck.report.schema import EvidenceItem, Report, Summary
 from biocheck.report.writer import format_report
 
 # Bump when the demonstrations change for the same inputs: it is part of the warm start's key (sft_key).
-DEMO_FORMAT = 2  # 2: quotes only from the tool output's text (1 quoted any sentence of a retrieved abstract)
+# 1 quoted any rationale sentence of a retrieved abstract; 2 only sentences the tool output showed;
+# 3 one item per paper (its first shown rationale sentence), so no two items share a context line
+DEMO_FORMAT = 3
 
 STOPWORDS = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "without", "and", "or", "not", "no", "is", "are", "was", "were", "be", "been", "being", "has", "have", "had", "do", "does", "did", "can", "could", "may", "might", "will", "would", "shall", "should", "this", "that", "these", "those", "it", "its", "their", "there", "than", "then", "as", "into", "about", "after", "before", "over", "under", "between", "among", "during", "through", "via", "vs", "versus", "per", "which", "who", "whom", "whose", "what", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "only", "own", "same", "so", "too", "very", "just", "also", "increase", "increases", "increased", "decrease", "decreases", "decreased", "reduce", "reduces", "reduced", "associated", "association", "risk", "effect", "effects", "patients", "people", "individuals"])
 
@@ -66,17 +68,20 @@ def demonstration(record: ClaimRecord, env, corpus: dict[str, CorpusDoc], max_se
 
 
 def _report(record: ClaimRecord, ledger: dict, corpus: dict[str, CorpusDoc], shown: str) -> Report:
+    # One item per paper. With two quotes of one paper under one boilerplate context line, the SFT model
+    # (smol) learned to loop: the repeated line cues a copy of what followed it, so the list never ended.
     items: list[EvidenceItem] = []
     for ev in record.evidence:
         doc, article = corpus.get(ev.doc_id), ledger.get(ev.doc_id)
-        if doc is None or article is None:
-            continue  # not retrieved in this episode: never quoted
-        for s in ev.sentences[:2]:
+        if doc is None or article is None or any(i.pmid == ev.doc_id for i in items):
+            continue  # not retrieved in this episode (never quoted), or already cited
+        for s in ev.sentences:
             # in the abstract (the reward's rule) AND in what the tool output showed (what the model can copy)
             if (0 <= s < len(doc.abstract) and find_quote(doc.abstract[s], article.abstract)
                     and find_quote(doc.abstract[s], shown)):
                 items.append(EvidenceItem(pmid=ev.doc_id, quote=doc.abstract[s].strip(),
-                                          context=f"From the abstract of {ev.doc_id}, which the search retrieved."))
+                                          context=_context(article)))
+                break
     label = record.label if items else Label.NEI
     side = "supporting" if label is Label.SUPPORTED else "refuting"
     summary = Summary(
@@ -89,3 +94,9 @@ def _report(record: ClaimRecord, ledger: dict, corpus: dict[str, CorpusDoc], sho
     if items:
         setattr(report, side, items)
     return report
+
+
+def _context(article) -> str:
+    # the paper's own title makes each item's context line differ (no quote marks: those delimit quotes)
+    title = article.title.strip().replace('"', "'").rstrip(".")
+    return f"Reported in {title} (PMID {article.pmid})." if title else f"Reported in PMID {article.pmid}."
