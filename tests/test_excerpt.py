@@ -77,12 +77,12 @@ def test_the_tool_text_shows_the_excerpt_for_its_own_query():
     assert ABSTRACT in format_results(out, None)
 
 
-class OneTool:
-    def __init__(self, article: Article):
-        self.article = article
+class Tool:
+    def __init__(self, *articles: Article):
+        self.articles = list(articles)
 
     def run(self, query: str) -> ToolOutput:
-        return ToolOutput(query=query, results=[article_dict(self.article)], articles=[self.article])
+        return ToolOutput(query=query, results=[article_dict(a) for a in self.articles], articles=self.articles)
 
 
 def _demo(chars: int | None, rationale: int) -> tuple[list[dict], str]:
@@ -91,7 +91,7 @@ def _demo(chars: int | None, rationale: int) -> tuple[list[dict], str]:
     record = ClaimRecord(id="1", dataset="scifact", split="train", label=Label.SUPPORTED,
                          claim="Vitamin D supplementation prevents hip fractures.",
                          evidence=[GoldEvidence(doc_id="7", sentences=[rationale], label=Label.SUPPORTED)])
-    env = make_env(OneTool(art), Prompts(max_searches=2), 2, abstract_chars=chars)
+    env = make_env(Tool(art), Prompts(max_searches=2), 2, abstract_chars=chars)
     msgs = demonstration(record, env, {"7": doc}, 2)
     return msgs, "\n\n".join(m["content"] for m in msgs if m["role"] == "tool")
 
@@ -113,14 +113,6 @@ def test_a_demonstration_never_quotes_a_retrieved_sentence_that_was_not_shown():
     # the whole abstract shown (abstract_chars null): the same sentence is quoted
     msgs, _ = _demo(chars=None, rationale=2)
     assert [e.quote for e in parse_report(msgs[-1]["content"]).report.supporting] == [SENTENCES[2]]
-
-
-class Tool:
-    def __init__(self, *articles: Article):
-        self.articles = list(articles)
-
-    def run(self, query: str) -> ToolOutput:
-        return ToolOutput(query=query, results=[article_dict(a) for a in self.articles], articles=self.articles)
 
 
 def test_a_demonstration_cites_each_paper_once_with_its_own_context_line():

@@ -17,6 +17,7 @@ from typing import Any
 
 from biocheck.data.schema import ClaimRecord, CorpusDoc
 from biocheck.labels import Label
+from biocheck.pubmed.types import Article
 from biocheck.report.quotes import find_quote
 from biocheck.report.schema import EvidenceItem, Report, Summary
 from biocheck.report.writer import format_report
@@ -96,7 +97,7 @@ def _report(record: ClaimRecord, ledger: dict, corpus: dict[str, CorpusDoc], sho
     return report
 
 
-def _context(article) -> str:
+def _context(article: Article) -> str:
     # the paper's own title makes each item's context line differ (no quote marks: those delimit quotes)
     title = article.title.strip().replace('"', "'").rstrip(".")
     return f"Reported in {title} (PMID {article.pmid})." if title else f"Reported in PMID {article.pmid}."
