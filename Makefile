@@ -21,9 +21,11 @@ export MLFLOW_DISABLE_TELEMETRY ?= true
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: $(LOCK) pyproject.toml
+$(VENV)/.installed: $(LOCK) requirements/pip.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the lock $(LOCK) is for Python 3.11: set PYTHON=python3.11 (README, Install notes)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+# pip first, pinned and hashed (requirements/pip.txt says why: an older pip cannot install the lock).
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements/pip.txt
 # Add PyTorch's CPU index unless pip's own sources (a local wheel in find-links, say) already hold the locked
 # torch: an index that cannot be reached costs pip seconds for each of the ~280 packages. Then BioCheck itself.
 	torch=$$(grep -oE '^torch==[^ ]+' $(LOCK)); \

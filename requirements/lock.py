@@ -188,7 +188,7 @@ def header(lock: Lock, pyproject: dict) -> str:
     extras = " + ".join(lock.extras)
     return "\n".join([
         f"# {lock.rel}: BioCheck's locked environment, runtime + {extras}, for CPython {PYTHON_VERSION} on Linux x86_64.",
-        f"# Install: pip install --require-hashes -r {lock.rel} && pip install --no-deps -e .  (README, Install)",
+        f"# Install: pip install --require-hashes -r requirements/pip.txt && pip install --require-hashes -r {lock.rel} && pip install --no-deps -e .  (README, Install)",
         "# Regenerate after editing pyproject.toml: make lock  (requirements/lock.py runs uv pip compile --generate-hashes)",
         f"{DIGEST_KEY}{digest(pyproject, lock.extras)}  (its dependency lists this lock was made from)",
         "",

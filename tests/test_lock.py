@@ -127,8 +127,11 @@ def test_every_install_path_uses_the_lock():
     recipe = subprocess.run(["make", "-n", "-B", "setup", "VENV=/tmp/biocheck-make-n"], cwd=REPO,
                             capture_output=True, text=True, check=True).stdout
     assert "--require-hashes" in recipe and "-r requirements/cpu.txt" in recipe
+    # pip itself (pinned, hashed) comes before the lock: an older pip cannot install it
+    assert recipe.index("-r requirements/pip.txt") < recipe.index("-r requirements/cpu.txt")
     assert "--no-deps -e ." in recipe
     assert "make setup" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "run: make setup" in (REPO / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "--require-hashes" in readme and "-r requirements/cpu.txt" in readme and "--no-deps -e ." in readme
+    assert readme.index("-r requirements/pip.txt") < readme.index("-r requirements/cpu.txt")
