@@ -215,3 +215,96 @@ def test_judge_train_cli_writes_the_judge_and_fails_in_one_line(prepared, tiny_m
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.startswith("error:") and len(result.output.strip().splitlines()) == 1, result.output
     assert not (tmp_path / "models" / "judge2").exists()
+
+
+# --- the align recipe ----------------------------------------------------------------------------------------
+
+
+def test_prompt_rows_find_the_claim_and_paper_tokens_of_the_chat_prompt(tiny_model):
+    from biocheck.models.load import load_causal_lm
+    from biocheck.pubmed.types import Article
+    from biocheck.rewards.judge.align_judge import prompt_rows
+
+    _, tok, _ = load_causal_lm(tiny_model, "cpu", None)
+    article = Article(pmid="7", title="Aspirin trial", abstract="Aspirin lowered stroke risk in adults.")
+    ids, claim_idx, paper_idx = prompt_rows(tok, "Aspirin prevents strokes.", article, 6000)
+    text = lambda idx: tok.decode([ids[i] for i in idx])  # noqa: E731
+    # tokens wholly inside the span: the claim's final "." may merge with the newline after it
+    assert text(claim_idx).strip() in ("Aspirin prevents strokes.", "Aspirin prevents strokes")
+    assert text(paper_idx).strip().startswith("Aspirin trial") and "lowered stroke risk in adults" in text(paper_idx)
+    assert max(claim_idx) < min(paper_idx) < max(paper_idx) < len(ids) - 1  # the answer instruction follows
+
+
+def test_alignment_features_see_a_claim_the_paper_repeats():
+    import torch
+
+    from biocheck.rewards.judge.align_judge import N_FEATURES, features
+
+    g = torch.Generator().manual_seed(0)
+    states = torch.randn(40, 16, generator=g)
+    states[30:34] = states[2:6]  # the paper (20-39) repeats the claim's tokens (2-5) at 30-33
+    same = features(states, range(2, 6), range(20, 40))
+    other = features(torch.randn(40, 16, generator=g), range(2, 6), range(20, 40))
+    assert same.shape == (N_FEATURES,)
+    assert same[0] == pytest.approx(1.0) and same[1] == pytest.approx(1.0)  # every claim token found exactly
+    assert other[0] < 0.9
+    assert torch.equal(features(states, [], range(20, 40)), torch.zeros(N_FEATURES))  # no claim tokens: no signal
+
+
+def test_align_recipe_writes_a_judge_make_judge_loads_and_its_scores_reproduce_the_fit(prepared, tiny_model, tmp_path):
+    from biocheck.rewards.judge import AlignJudge, make_judge
+    from biocheck.rewards.judge.align_judge import HEAD_FILE
+    from biocheck.rewards.judge_train.evaluate import evaluate_judge
+
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge", recipe="align",
+                           metrics_path=tmp_path / "judge.json", folds=2, progress=False)
+    stats = train_judge(cfg)
+    assert 1 <= stats["layer"] <= stats["layers"] and stats["l2"] > 0
+    assert len(stats["cv_accuracy"]) == stats["layers"] * 4  # every layer x every L2 weight was cross-validated
+    assert (cfg.out_dir / HEAD_FILE).is_file()
+
+    judge = make_judge(f"transformers:{cfg.out_dir}", max_abstract_chars=cfg.train_max_abstract_chars)
+    assert isinstance(judge, AlignJudge) and judge.model.config.num_hidden_layers == stats["layer"]
+    train_pairs = build_pairs(read_claims(prepared, "train"), read_corpus(prepared), seed=cfg.seed)
+    scores = judge.score([(p.claim, p.article()) for p in train_pairs])
+    assert all(sum(s.values()) == pytest.approx(1.0) and min(s.values()) >= 0 for s in scores)
+    # Batched through the saved, cut model, the judge gives the fit's own training predictions.
+    again = evaluate_judge(judge, train_pairs)
+    assert again["accuracy"] == pytest.approx(stats["train"]["accuracy"])
+    assert again["ece"] == pytest.approx(stats["train"]["ece"], abs=1e-4)
+
+
+def test_align_judge_fingerprint_and_prompt_hash_follow_the_head(prepared, tiny_model, tmp_path):
+    from biocheck.rewards.judge import AlignJudge, TransformersJudge
+    from biocheck.rewards.judge.align_judge import HEAD_FILE
+
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge", recipe="align",
+                           metrics_path=None, layer=1, eval_max_pairs=4, progress=False)
+    train_judge(cfg)
+    first = AlignJudge(cfg.out_dir)
+    before = first.fingerprint()
+    assert first.prompt_hash != TransformersJudge(str(cfg.out_dir)).prompt_hash  # another read-out, another key
+    head = json.loads((cfg.out_dir / HEAD_FILE).read_text())
+    head["bias"] = [b + 1.0 for b in head["bias"]]
+    (cfg.out_dir / HEAD_FILE).write_text(json.dumps(head))
+    assert AlignJudge(cfg.out_dir).fingerprint() != before  # the cache never mixes two heads
+
+
+def test_a_broken_head_file_is_one_clear_line(prepared, tiny_model, tmp_path):
+    from biocheck.rewards.judge import JudgeError, make_judge
+    from biocheck.rewards.judge.align_judge import HEAD_FILE
+
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge", recipe="align",
+                           metrics_path=None, layer=1, eval_max_pairs=4, progress=False)
+    train_judge(cfg)
+    head = json.loads((cfg.out_dir / HEAD_FILE).read_text())
+    head["weight"] = head["weight"][:2]
+    (cfg.out_dir / HEAD_FILE).write_text(json.dumps(head))
+    with pytest.raises(JudgeError) as e:
+        make_judge(f"transformers:{cfg.out_dir}")
+    assert "\n" not in str(e.value) and HEAD_FILE in str(e.value) and "biocheck judge train" in str(e.value)
+
+
+def test_config_rejects_an_unknown_recipe():
+    with pytest.raises(ValueError, match="judge.recipe"):
+        JudgeTrainConfig(recipe="finetune")

@@ -391,6 +391,7 @@ def model_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **override
 
 def judge_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
     """Train the evidence judge (or measure the base zero-shot, judge.train false); metrics/judge.json, MLflow."""
+    from biocheck.rewards.judge.align_judge import judge_fingerprint
     from biocheck.rewards.judge_train.train import metrics_of, train_judge
 
     p = params_of(params)
@@ -399,7 +400,7 @@ def judge_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **override
     trained = cfg.train and (cfg.out_dir / "config.json").is_file()
     with track, tracking.run("judge", run_name="judge train" if cfg.train else "judge zero-shot",
                              params={"profile": p.get("profile"), "judge": plain(cfg)},
-                             tags={"model_fingerprint": _fingerprint(cfg.out_dir, {}) if trained else None}):
+                             tags={"model_fingerprint": judge_fingerprint(cfg.out_dir) if trained else None}):
         tracking.log_metrics(metrics_of(stats), prefix="judge")
         tracking.log_artifacts(cfg.out_dir / "judge_train.json")
     return stats

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from biocheck.rewards.judge.align_judge import AlignJudge, is_align_judge
 from biocheck.rewards.judge.base import (
     ANSWER_WORDS,
     KEYS,
@@ -45,7 +46,11 @@ def make_judge(spec: str | None, *, batch_size: int = 8, cache: str | os.PathLik
     kind, sep, ref = str(spec).partition(":")
     judge: Judge
     if kind == "transformers" and sep and ref:
-        judge = TransformersJudge(ref, batch_size=batch_size, **kwargs)
+        if is_align_judge(ref):  # a folder written by `judge train` (recipe align): same protocol, other read-out
+            kwargs.pop("mode", None)
+            judge = AlignJudge(ref, batch_size=batch_size, **kwargs)
+        else:
+            judge = TransformersJudge(ref, batch_size=batch_size, **kwargs)
     elif kind == "openai" and sep and ref:
         kwargs.setdefault("workers", batch_size)
         judge = OpenAIJudge(ref, **kwargs)
@@ -58,6 +63,7 @@ def make_judge(spec: str | None, *, batch_size: int = 8, cache: str | os.PathLik
 
 __all__ = [
     "ANSWER_WORDS",
+    "AlignJudge",
     "KEYS",
     "CachedJudge",
     "Judge",

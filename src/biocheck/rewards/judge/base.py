@@ -47,13 +47,31 @@ def prompt_template() -> str:
     return resources.files("biocheck.rewards.judge").joinpath(PROMPT_FILE).read_text(encoding="utf-8").strip()
 
 
-def render_prompt(claim: str, article: Article, max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS) -> str:
-    """The judge's user message for one pair (the abstract cut to `max_abstract_chars`)."""
+def _fields(claim: str, article: Article, max_abstract_chars: int | None) -> dict[str, str]:
     abstract = article.abstract or ""
     if max_abstract_chars is not None and len(abstract) > max_abstract_chars:
         abstract = abstract[:max_abstract_chars] + " ..."
-    return prompt_template().format(claim=str(claim).strip(), title=(article.title or "").strip(),
-                                    abstract=abstract.strip() or "(no abstract)")
+    return {"claim": str(claim).strip(), "title": (article.title or "").strip(),
+            "abstract": abstract.strip() or "(no abstract)"}
+
+
+def render_prompt(claim: str, article: Article, max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS) -> str:
+    """The judge's user message for one pair (the abstract cut to `max_abstract_chars`)."""
+    return prompt_template().format(**_fields(claim, article, max_abstract_chars))
+
+
+def prompt_spans(claim: str, article: Article, max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS
+                 ) -> tuple[str, tuple[int, int], tuple[int, int]]:
+    """`render_prompt`'s text with the character spans of the claim and of the paper (title through abstract)."""
+    fields = _fields(claim, article, max_abstract_chars)
+    template = prompt_template()
+
+    def start(name: str) -> int:  # where the field begins: the template before it, rendered
+        return len(template[: template.index("{" + name + "}")].format(**fields))
+
+    text = template.format(**fields)
+    claim_at, title_at, abstract_at = start("claim"), start("title"), start("abstract")
+    return text, (claim_at, claim_at + len(fields["claim"])), (title_at, abstract_at + len(fields["abstract"]))
 
 
 def judge_prompt_hash(*settings: object) -> str:

@@ -1,10 +1,14 @@
 """`biocheck judge train`: train the evidence judge on SciFact train pairs, measure it on SciFact test pairs.
 
-Recipe (`head`, see head.py): frozen backbone, one forward pass per training pair, the answer tokens' rows of
-the LM head fitted by logistic regression on the features of the layer that cross-validates best (grouped by
-claim), the model cut to that layer. Why not fine-tuning: on 2 CPU cores full fine-tuning of SmolLM2 on the
-answer token ran ~15 s per step of 8 pairs and stayed near the majority class after two epochs; measured
-numbers of this recipe are in docs/rewards.md.
+Two recipes, both a frozen backbone read by a small fit (one forward pass per training pair, no backward):
+- `head` (head.py): the answer tokens' rows of the LM head fitted to the last position's state of the layer
+  that cross-validates best; the judge is an ordinary checkpoint answering the prompt's label word.
+- `align` (align.py, rewards/judge/align_judge.py): how well the claim's tokens are matched by the paper's
+  tokens in a layer's states, 15 numbers, a logistic regression over them; the judge is the cut checkpoint
+  plus `judge_head.json`. On SmolLM2 it is the recipe that judges (docs/rewards.md).
+Both pick the layer (and `align` its L2 weight) by cross-validation grouped by claim, then cut the model to
+that layer. Why not fine-tuning: on 2 CPU cores full fine-tuning of SmolLM2 on the answer token ran ~15 s per
+step of 8 pairs and stayed near the majority class after two epochs; measured numbers are in docs/rewards.md.
 
 Output: an ordinary checkpoint folder (written atomically) that `transformers:<out_dir>` loads unchanged, with
 `judge_train.json` (config, pair counts, chosen layer, metrics) inside, and the test metrics as a DVC metrics
@@ -24,8 +28,9 @@ from typing import Any
 from biocheck.io import atomic_dir, write_json_atomic
 from biocheck.labels import LABELS
 from biocheck.params import plain
+from biocheck.rewards.judge.align_judge import batch_features, prompt_rows
 from biocheck.rewards.judge.base import DEFAULT_MAX_ABSTRACT_CHARS, KEYS
-from biocheck.rewards.judge_train import head
+from biocheck.rewards.judge_train import align, head
 from biocheck.rewards.judge_train.evaluate import evaluate_judge, score_metrics
 from biocheck.rewards.judge_train.pairs import (
     LEVELS,
@@ -39,6 +44,7 @@ from biocheck.rewards.judge_train.pairs import (
 
 log = logging.getLogger(__name__)
 STATS_FILE = "judge_train.json"
+RECIPES = ("head", "align")
 
 
 @dataclass
@@ -47,6 +53,7 @@ class JudgeTrainConfig:
 
     train: bool = True  # false: no training; measure `base` zero-shot (the paper's judge) and write only the stats
     base: Path = Path("models/base")  # the backbone (a local checkpoint folder or hub id)
+    recipe: str = "head"  # head: LM-head rows on the last state | align: token alignment features + classifier
     prepared_dir: Path = Path("data/prepared")
     out_dir: Path = Path("models/judge")
     metrics_path: Path | None = Path("metrics/judge.json")
@@ -69,6 +76,8 @@ class JudgeTrainConfig:
     def __post_init__(self) -> None:
         self.base, self.prepared_dir, self.out_dir = Path(self.base), Path(self.prepared_dir), Path(self.out_dir)
         self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
+        if self.recipe not in RECIPES:
+            raise ValueError(f"judge.recipe: {self.recipe!r} must be one of {list(RECIPES)}")
         if self.level not in LEVELS:
             raise ValueError(f"judge.level: {self.level!r} must be one of {list(LEVELS)}")
         for name in ("bm25_per_claim", "steps", "batch_size", "folds"):
@@ -129,7 +138,7 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
     """Build pairs, fit the head, write the judge, measure it on test pairs; returns the stats (also written)."""
     import torch
 
-    from biocheck.rewards.judge import TransformersJudge
+    from biocheck.rewards.judge import TransformersJudge, make_judge
 
     started = time.perf_counter()
     corpus = read_corpus(cfg.prepared_dir)
@@ -157,6 +166,24 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
     n_layers = len(head.backbone(judge.model)[0])
     if cfg.layer is not None:  # a fixed layer: cut first, so the forward passes stop there
         head.cut_layers(judge.model, min(cfg.layer, n_layers))
+    if cfg.recipe == "align":
+        _train_align(judge, train, cfg, stats, n_layers)
+    else:
+        _train_head(judge, train, cfg, stats, n_layers)
+
+    trained = make_judge(f"transformers:{cfg.out_dir}", batch_size=cfg.batch_size,
+                         max_abstract_chars=cfg.eval_max_abstract_chars)
+    stats["test"] = evaluate_judge(trained, test, cfg.threshold)
+    stats["seconds"] = round(time.perf_counter() - started, 1)
+    (cfg.out_dir / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    if cfg.metrics_path:
+        write_json_atomic(cfg.metrics_path, metrics_of(stats))
+    log.info("judge: test accuracy %.3f macro-F1 %.3f (majority %.3f) in %.0fs", stats["test"]["accuracy"],
+             stats["test"]["macro_f1"], stats["test"]["majority_accuracy"], stats["seconds"])
+    return stats
+
+
+def _train_head(judge: Any, train: list[JudgePair], cfg: JudgeTrainConfig, stats: dict[str, Any], n_layers: int) -> None:
     x, lse = _features(judge, train, cfg.train_max_abstract_chars, cfg)
     y = _targets(train)
     init = judge.model.get_output_embeddings().weight.detach()[[judge.answer_ids[k] for k in KEYS]].float()
@@ -171,15 +198,23 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
                   "train": _strip(score_metrics([p.label for p in train], train_scores, cfg.threshold))})
     _write_checkpoint(judge, w, layer, cfg, stats)
 
-    trained = TransformersJudge(str(cfg.out_dir), batch_size=cfg.batch_size, max_abstract_chars=cfg.eval_max_abstract_chars)
-    stats["test"] = evaluate_judge(trained, test, cfg.threshold)
-    stats["seconds"] = round(time.perf_counter() - started, 1)
-    (cfg.out_dir / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
-    if cfg.metrics_path:
-        write_json_atomic(cfg.metrics_path, metrics_of(stats))
-    log.info("judge: test accuracy %.3f macro-F1 %.3f (majority %.3f) in %.0fs", stats["test"]["accuracy"],
-             stats["test"]["macro_f1"], stats["test"]["majority_accuracy"], stats["seconds"])
-    return stats
+
+def _train_align(judge: Any, train: list[JudgePair], cfg: JudgeTrainConfig, stats: dict[str, Any], n_layers: int) -> None:
+    rows = [prompt_rows(judge.tokenizer, p.claim, p.article(), cfg.train_max_abstract_chars) for p in train]
+    x = batch_features(judge.model, rows, judge.pad_id, cfg.batch_size, progress=cfg.progress)
+    y = _targets(train)
+    fixed = [x.shape[1]] if cfg.layer is not None else None
+    layer, l2, cv = align.choose(x, y, [p.claim_id for p in train], cfg.folds, cfg.seed, fixed)
+    params = align.fit(x[:, layer - 1], y, l2)
+    train_scores = _as_scores(align.predict(params, x[:, layer - 1]))
+    stats.update({"layer": layer, "layers": n_layers, "l2": l2, "cv_accuracy": cv,
+                  "train": _strip(score_metrics([p.label for p in train], train_scores, cfg.threshold))})
+    head.cut_layers(judge.model, layer)
+    with atomic_dir(cfg.out_dir) as tmp:
+        judge.model.save_pretrained(tmp)
+        judge.tokenizer.save_pretrained(tmp)
+        align.head_of(params, layer).save(tmp)
+        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
 
 
 def _zero_shot_only(judge: Any, test: list[JudgePair], stats: dict[str, Any], cfg: JudgeTrainConfig,

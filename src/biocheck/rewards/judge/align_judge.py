@@ -1,0 +1,204 @@
+"""The alignment judge: how well the claim's tokens find a match in the paper, read from a backbone layer.
+
+A 135M model cannot answer the judge prompt, and the states at its last position barely separate the labels
+(docs/rewards.md, "Training the judge"). What it does encode is which of the paper's tokens, in context, mean
+what a claim token means. So this judge reads, after one forward pass of the same prompt through a backbone cut
+to `layer` layers, the cosine similarity of every claim token to every paper token (title + abstract) and turns
+it into 15 numbers (how well each claim token is matched, how well the paper is matched back, their quantiles);
+a small multinomial logistic regression over them gives the probability of each label. The protocol is every
+judge's: (claim, paper) -> s per label, summing to 1, through the same prompt and the same cache.
+
+A checkpoint folder with `judge_head.json` beside the (cut) model is such a judge: `make_judge` loads it for
+`transformers:<folder>`. `judge_train` writes one (recipe `align`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from biocheck.rewards.judge.base import (
+    DEFAULT_MAX_ABSTRACT_CHARS,
+    KEYS,
+    JudgeError,
+    Pair,
+    Scores,
+    clean_scores,
+    judge_prompt_hash,
+    prompt_spans,
+)
+from biocheck.rewards.judge.transformers_judge import TransformersJudge, _chat
+
+HEAD_FILE = "judge_head.json"
+FEATURES = "align-v1"  # the feature set below; a head made for another is refused
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+TOP_K = 10
+N_FEATURES = 4 + 2 * len(QUANTILES) + 1
+
+
+@dataclass
+class AlignHead:
+    """The classifier over the alignment features: standardise, then softmax(weight · x + bias) over KEYS."""
+
+    layer: int  # the backbone layer whose output is read (the saved model has exactly this many)
+    mean: list[float]
+    scale: list[float]
+    weight: list[list[float]]  # [3, N_FEATURES], rows in KEYS order
+    bias: list[float]
+    features: str = FEATURES
+
+    def __post_init__(self) -> None:
+        shapes = (len(self.mean), len(self.scale), len(self.bias), len(self.weight),
+                  {len(row) for row in self.weight})
+        if self.features != FEATURES or shapes != (N_FEATURES, N_FEATURES, len(KEYS), len(KEYS), {N_FEATURES}):
+            raise ValueError(f"a {FEATURES!r} head has {N_FEATURES} features and {len(KEYS)} labels; this one is "
+                             f"{self.features!r} with shapes {shapes}")
+        if any(s <= 0 for s in self.scale):
+            raise ValueError("every feature scale must be > 0")
+
+    def probs(self, x: Any) -> Any:
+        """[N, N_FEATURES] features -> [N, 3] probabilities."""
+        import torch
+
+        mean, scale = torch.tensor(self.mean), torch.tensor(self.scale)
+        w, b = torch.tensor(self.weight), torch.tensor(self.bias)
+        return (((x.float() - mean) / scale) @ w.T + b).softmax(-1)
+
+    def save(self, folder: Path) -> None:
+        (Path(folder) / HEAD_FILE).write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> AlignHead:
+        path = Path(folder) / HEAD_FILE
+        try:
+            return cls(**json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as e:
+            raise JudgeError(f"{path}: not a readable alignment-judge head ({e}); retrain it with "
+                             "`biocheck judge train`") from None
+
+
+def is_align_judge(ref: str | Path) -> bool:
+    return (Path(ref) / HEAD_FILE).is_file()
+
+
+def judge_fingerprint(folder: Path) -> str:
+    """The weights' fingerprint, and the head's bytes where there is one: retraining either changes every score."""
+    from biocheck.agent.llm.transformers_backend import model_fingerprint
+
+    base = model_fingerprint(folder)
+    if not is_align_judge(folder):
+        return base
+    return hashlib.sha256(base.encode() + b"\0" + (folder / HEAD_FILE).read_bytes()).hexdigest()[:12]
+
+
+def prompt_rows(tokenizer: Any, claim: str, article: Any, max_abstract_chars: int | None
+                ) -> tuple[list[int], list[int], list[int]]:
+    """The judge prompt's token ids (chat template + generation prompt) and the indices of its claim tokens and
+    paper tokens (a token counts when it lies wholly inside the span)."""
+    content, (c0, c1), (p0, p1) = prompt_spans(claim, article, max_abstract_chars)
+    text = _chat(tokenizer, content, tokenize=False)
+    at = text.index(content)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    claim_idx, paper_idx = [], []
+    for i, (s, e) in enumerate(enc["offset_mapping"]):
+        if at + c0 <= s and e <= at + c1 and e > s:
+            claim_idx.append(i)
+        elif at + p0 <= s and e <= at + p1 and e > s:
+            paper_idx.append(i)
+    return list(enc["input_ids"]), claim_idx, paper_idx
+
+
+def features(states: Any, claim_idx: Sequence[int], paper_idx: Sequence[int]) -> Any:
+    """[N_FEATURES] from one prompt's normed states [T, H]: cosine similarities of claim to paper tokens."""
+    import torch
+
+    if not claim_idx or not paper_idx:
+        return torch.zeros(N_FEATURES)
+    unit = torch.nn.functional.normalize(states.float(), dim=-1)
+    sim = unit[list(claim_idx)] @ unit[list(paper_idx)].T  # [claim tokens, paper tokens]
+    best = sim.max(1).values  # how well each claim token is found in the paper
+    back = sim.max(0).values  # how well each paper token is found in the claim
+    q = torch.tensor(QUANTILES)
+    return torch.cat([torch.stack([best.mean(), best.min(), sim.mean(), back.mean()]), torch.quantile(best, q),
+                      torch.quantile(back, q), back.topk(min(TOP_K, back.numel())).values.mean()[None]])
+
+
+class AlignJudge(TransformersJudge):
+    """`transformers:<folder>` where the folder holds a cut backbone and `judge_head.json`."""
+
+    def __init__(self, model: str | Path, *, batch_size: int = 8, device: str = "auto", dtype: str | None = None,
+                 max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS, **_: Any) -> None:
+        ref = str(model).removeprefix("transformers:")
+        self.head = AlignHead.load(Path(ref))
+        super().__init__(ref, batch_size=batch_size, device=device, dtype=dtype, max_abstract_chars=max_abstract_chars)
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise JudgeError(f"{self.spec}: the alignment judge needs a fast tokenizer (token offsets)")
+        self.prompt_hash = judge_prompt_hash("align", FEATURES, self.max_abstract_chars)
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = judge_fingerprint(Path(str(self.path)))
+        return self._fingerprint
+
+    def rows(self, pairs: Sequence[Pair]) -> list[tuple[list[int], list[int], list[int]]]:
+        out = [prompt_rows(self.tokenizer, claim, article, self.max_abstract_chars) for claim, article in pairs]
+        for ids, _, _ in out:
+            if self.max_positions is not None and len(ids) > self.max_positions:
+                raise JudgeError(f"{self.spec}: a judge prompt is {len(ids)} tokens but the model handles "
+                                 f"{self.max_positions} positions; lower max_abstract_chars")
+        return out
+
+    def score(self, pairs: Sequence[Pair]) -> list[Scores]:
+        if not pairs:
+            return []
+        with self._lock:
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                x = batch_features(self.model, self.rows(pairs), self.pad_id, self.batch_size, device=self.device)
+            finally:
+                self.model.train(was_training)
+        probs = self.head.probs(x[:, -1]).tolist()  # the saved model ends at the head's layer
+        return [clean_scores(dict(zip(KEYS, row, strict=True))) for row in probs]
+
+
+def batch_features(model: Any, rows: Sequence[tuple[list[int], list[int], list[int]]], pad_id: int,
+                   batch_size: int = 8, *, device: Any = None, progress: bool = False) -> Any:
+    """[N, layers, N_FEATURES]: the alignment features after every decoder layer (the final norm applied), from
+    forward passes of the decoder alone, right-padded without a mask (causal: a row never sees its pads)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    inner = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    layers, norm = inner.layers, inner.norm
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    out = torch.zeros((len(rows), len(layers), N_FEATURES), dtype=torch.float32)
+    chunk: list[int] = []
+
+    def hook(index: int):
+        def fn(_module, _inputs, output):
+            h = output[0] if isinstance(output, tuple) else output
+            normed = norm(h).float().cpu()
+            for j, i in enumerate(chunk):
+                _, claim_idx, paper_idx = rows[i]
+                out[i, index] = features(normed[j, : len(rows[i][0])], claim_idx, paper_idx)
+        return fn
+
+    handles = [layer.register_forward_hook(hook(k)) for k, layer in enumerate(layers)]
+    try:
+        for start in tqdm(range(0, len(order), batch_size), desc="judge features", disable=not progress):
+            chunk[:] = order[start:start + batch_size]
+            width = max(len(rows[i][0]) for i in chunk)
+            ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            for j, i in enumerate(chunk):
+                ids[j, : len(rows[i][0])] = torch.tensor(rows[i][0], dtype=torch.long)
+            with torch.inference_mode():
+                inner(input_ids=ids.to(device) if device is not None else ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return out

@@ -1,0 +1,71 @@
+"""The `align` recipe: alignment features of a frozen backbone (rewards/judge/align_judge.py), a logistic
+regression over them, the layer and the L2 weight chosen by grouped cross-validation on the training pairs.
+
+One forward pass per training prompt gives the features after every layer (hooks; no backward pass). The fit
+is a convex problem over 15 numbers per pair: full-batch L-BFGS, well under a second.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from biocheck.rewards.judge.align_judge import AlignHead
+
+L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)  # weight of |W|^2 (features standardised): chosen by cross-validation
+
+
+def fit(x: Any, y: Any, l2: float, steps: int = 100) -> tuple[Any, Any, Any, Any]:
+    """Standardise x [N, F], fit softmax(W x + b) to y by L-BFGS; returns (mean, scale, W, b) tensors."""
+    import torch
+
+    mean, scale = x.mean(0), x.std(0).clamp(min=1e-6)
+    z = (x - mean) / scale
+    w = torch.zeros((3, x.shape[1]), requires_grad=True)
+    b = torch.zeros(3, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=steps, history_size=20, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(z @ w.T + b, y) + l2 * w.pow(2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return mean, scale, w.detach(), b.detach()
+
+
+def predict(params: tuple[Any, Any, Any, Any], x: Any) -> Any:
+    mean, scale, w, b = params
+    return (((x - mean) / scale) @ w.T + b).softmax(-1)
+
+
+def head_of(params: tuple[Any, Any, Any, Any], layer: int) -> AlignHead:
+    mean, scale, w, b = params
+    return AlignHead(layer=layer, mean=mean.tolist(), scale=scale.tolist(), weight=w.tolist(), bias=b.tolist())
+
+
+def choose(x: Any, y: Any, groups: Sequence[str], folds: int, seed: int, layers: Sequence[int] | None = None
+           ) -> tuple[int, float, dict[str, float]]:
+    """(1-based layer, l2, cv accuracies "layer/l2") with the best grouped k-fold accuracy (a claim's pairs in
+    one fold); ties go to the deeper layer and the larger l2 (the simpler fit)."""
+    import torch
+
+    ids = sorted(set(groups))
+    random.Random(seed).shuffle(ids)
+    fold_of = {g: i % folds for i, g in enumerate(ids)}
+    fold = torch.tensor([fold_of[g] for g in groups])
+    scores: dict[tuple[int, float], float] = {}
+    for layer in layers or range(1, x.shape[1] + 1):
+        for l2 in L2_GRID:
+            correct = 0
+            for f in range(folds):
+                tr, te = fold != f, fold == f
+                if not te.any() or not tr.any():
+                    continue
+                params = fit(x[tr, layer - 1], y[tr], l2)
+                correct += int((predict(params, x[te, layer - 1]).argmax(-1) == y[te]).sum())
+            scores[(layer, l2)] = correct / len(groups)
+    layer, l2 = max(scores, key=lambda k: (round(scores[k], 6), k[0], k[1]))
+    return layer, l2, {f"{k[0]}/{k[1]:g}": v for k, v in scores.items()}
