@@ -131,7 +131,7 @@ class AlignJudge(TransformersJudge):
     """`transformers:<folder>` where the folder holds a cut backbone and `judge_head.json`."""
 
     def __init__(self, model: str | Path, *, batch_size: int = 8, device: str = "auto", dtype: str | None = None,
-                 max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS, **_: Any) -> None:
+                 max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS) -> None:
         ref = str(model).removeprefix("transformers:")
         self.head = AlignHead.load(Path(ref))
         super().__init__(ref, batch_size=batch_size, device=device, dtype=dtype, max_abstract_chars=max_abstract_chars)
@@ -159,24 +159,27 @@ class AlignJudge(TransformersJudge):
             was_training = self.model.training
             self.model.eval()
             try:
-                x = batch_features(self.model, self.rows(pairs), self.pad_id, self.batch_size, device=self.device)
+                x = batch_features(self.model, self.rows(pairs), self.pad_id, self.batch_size, device=self.device,
+                                   last_only=True)  # the saved model ends at the head's layer
             finally:
                 self.model.train(was_training)
-        probs = self.head.probs(x[:, -1]).tolist()  # the saved model ends at the head's layer
+        probs = self.head.probs(x[:, -1]).tolist()
         return [clean_scores(dict(zip(KEYS, row, strict=True))) for row in probs]
 
 
 def batch_features(model: Any, rows: Sequence[tuple[list[int], list[int], list[int]]], pad_id: int,
-                   batch_size: int = 8, *, device: Any = None, progress: bool = False) -> Any:
+                   batch_size: int = 8, *, device: Any = None, progress: bool = False, last_only: bool = False) -> Any:
     """[N, layers, N_FEATURES]: the alignment features after every decoder layer (the final norm applied), from
-    forward passes of the decoder alone, right-padded without a mask (causal: a row never sees its pads)."""
+    forward passes of the decoder alone, right-padded without a mask (causal: a row never sees its pads).
+    `last_only`: after the last layer only ([N, 1, N_FEATURES]), as a judge reads them."""
     import torch
     from tqdm.auto import tqdm
 
     inner = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     layers, norm = inner.layers, inner.norm
     order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
-    out = torch.zeros((len(rows), len(layers), N_FEATURES), dtype=torch.float32)
+    read = list(layers)[-1:] if last_only else list(layers)
+    out = torch.zeros((len(rows), len(read), N_FEATURES), dtype=torch.float32)
     chunk: list[int] = []
 
     def hook(index: int):
@@ -188,7 +191,7 @@ def batch_features(model: Any, rows: Sequence[tuple[list[int], list[int], list[i
                 out[i, index] = features(normed[j, : len(rows[i][0])], claim_idx, paper_idx)
         return fn
 
-    handles = [layer.register_forward_hook(hook(k)) for k, layer in enumerate(layers)]
+    handles = [layer.register_forward_hook(hook(k)) for k, layer in enumerate(read)]
     try:
         for start in tqdm(range(0, len(order), batch_size), desc="judge features", disable=not progress):
             chunk[:] = order[start:start + batch_size]

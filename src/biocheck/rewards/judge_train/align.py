@@ -7,7 +7,6 @@ is a convex problem over 15 numbers per pair: full-batch L-BFGS, well under a se
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,8 +15,8 @@ from biocheck.rewards.judge.align_judge import AlignHead
 L2_GRID = (1e-4, 1e-3, 1e-2, 1e-1)  # weight of |W|^2 (features standardised): chosen by cross-validation
 
 
-def fit(x: Any, y: Any, l2: float, steps: int = 100) -> tuple[Any, Any, Any, Any]:
-    """Standardise x [N, F], fit softmax(W x + b) to y by L-BFGS; returns (mean, scale, W, b) tensors."""
+def fit(x: Any, y: Any, l2: float, layer: int, steps: int = 100) -> AlignHead:
+    """Standardise x [N, F] and fit softmax(W z + b) to y by L-BFGS: the head for features of `layer`."""
     import torch
 
     mean, scale = x.mean(0), x.std(0).clamp(min=1e-6)
@@ -33,39 +32,27 @@ def fit(x: Any, y: Any, l2: float, steps: int = 100) -> tuple[Any, Any, Any, Any
         return loss
 
     opt.step(closure)
-    return mean, scale, w.detach(), b.detach()
+    return AlignHead(layer=layer, mean=mean.tolist(), scale=scale.tolist(), weight=w.detach().tolist(),
+                     bias=b.detach().tolist())
 
 
-def predict(params: tuple[Any, Any, Any, Any], x: Any) -> Any:
-    mean, scale, w, b = params
-    return (((x - mean) / scale) @ w.T + b).softmax(-1)
-
-
-def head_of(params: tuple[Any, Any, Any, Any], layer: int) -> AlignHead:
-    mean, scale, w, b = params
-    return AlignHead(layer=layer, mean=mean.tolist(), scale=scale.tolist(), weight=w.tolist(), bias=b.tolist())
-
-
-def choose(x: Any, y: Any, groups: Sequence[str], folds: int, seed: int, layers: Sequence[int] | None = None
+def choose(x: Any, y: Any, folds: Sequence[int], layers: Sequence[int] | None = None
            ) -> tuple[int, float, dict[str, float]]:
-    """(1-based layer, l2, cv accuracies "layer/l2") with the best grouped k-fold accuracy (a claim's pairs in
-    one fold); ties go to the deeper layer and the larger l2 (the simpler fit)."""
+    """(1-based layer, l2, cv accuracies "layer/l2") with the best accuracy over the given folds (pairs.claim_folds:
+    a claim's pairs in one fold); ties go to the deeper layer and the larger l2 (the simpler fit)."""
     import torch
 
-    ids = sorted(set(groups))
-    random.Random(seed).shuffle(ids)
-    fold_of = {g: i % folds for i, g in enumerate(ids)}
-    fold = torch.tensor([fold_of[g] for g in groups])
+    fold = torch.tensor(list(folds))
     scores: dict[tuple[int, float], float] = {}
     for layer in layers or range(1, x.shape[1] + 1):
         for l2 in L2_GRID:
             correct = 0
-            for f in range(folds):
+            for f in sorted(set(fold.tolist())):
                 tr, te = fold != f, fold == f
-                if not te.any() or not tr.any():
+                if not tr.any():
                     continue
-                params = fit(x[tr, layer - 1], y[tr], l2)
-                correct += int((predict(params, x[te, layer - 1]).argmax(-1) == y[te]).sum())
-            scores[(layer, l2)] = correct / len(groups)
+                head = fit(x[tr, layer - 1], y[tr], l2, layer)
+                correct += int((head.probs(x[te, layer - 1]).argmax(-1) == y[te]).sum())
+            scores[(layer, l2)] = correct / len(fold)
     layer, l2 = max(scores, key=lambda k: (round(scores[k], 6), k[0], k[1]))
     return layer, l2, {f"{k[0]}/{k[1]:g}": v for k, v in scores.items()}

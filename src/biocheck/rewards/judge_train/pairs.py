@@ -140,3 +140,11 @@ def label_counts(pairs: Iterable[JudgePair]) -> dict[str, int]:
     for p in pairs:
         counts[p.label] += 1
     return counts
+
+
+def claim_folds(groups: Sequence[str], folds: int, seed: int) -> list[int]:
+    """The cross-validation fold of each pair: a claim's pairs share one fold (seeded, claims dealt round-robin)."""
+    ids = sorted(set(groups))
+    random.Random(seed).shuffle(ids)
+    fold_of = {g: i % folds for i, g in enumerate(ids)}
+    return [fold_of[g] for g in groups]

@@ -37,6 +37,7 @@ from biocheck.rewards.judge_train.pairs import (
     JudgeDataError,
     JudgePair,
     build_pairs,
+    claim_folds,
     label_counts,
     read_claims,
     read_corpus,
@@ -108,10 +109,7 @@ def choose_layer(x, lse, y, groups: list[str], init, cfg: JudgeTrainConfig) -> t
     """1-based layer with the best grouped k-fold accuracy (a claim's pairs stay in one fold), ties -> deeper."""
     import torch
 
-    ids = sorted(set(groups))
-    random.Random(cfg.seed).shuffle(ids)
-    fold_of = {g: i % cfg.folds for i, g in enumerate(ids)}
-    fold = torch.tensor([fold_of[g] for g in groups])
+    fold = torch.tensor(claim_folds(groups, cfg.folds, cfg.seed))
     accuracy = {}
     for layer in range(x.shape[1]):
         correct = 0
@@ -204,16 +202,16 @@ def _train_align(judge: Any, train: list[JudgePair], cfg: JudgeTrainConfig, stat
     x = batch_features(judge.model, rows, judge.pad_id, cfg.batch_size, progress=cfg.progress)
     y = _targets(train)
     fixed = [x.shape[1]] if cfg.layer is not None else None
-    layer, l2, cv = align.choose(x, y, [p.claim_id for p in train], cfg.folds, cfg.seed, fixed)
-    params = align.fit(x[:, layer - 1], y, l2)
-    train_scores = _as_scores(align.predict(params, x[:, layer - 1]))
+    layer, l2, cv = align.choose(x, y, claim_folds([p.claim_id for p in train], cfg.folds, cfg.seed), fixed)
+    fitted = align.fit(x[:, layer - 1], y, l2, layer)
+    train_scores = _as_scores(fitted.probs(x[:, layer - 1]))
     stats.update({"layer": layer, "layers": n_layers, "l2": l2, "cv_accuracy": cv,
                   "train": _strip(score_metrics([p.label for p in train], train_scores, cfg.threshold))})
     head.cut_layers(judge.model, layer)
     with atomic_dir(cfg.out_dir) as tmp:
         judge.model.save_pretrained(tmp)
         judge.tokenizer.save_pretrained(tmp)
-        align.head_of(params, layer).save(tmp)
+        fitted.save(tmp)
         (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
 
 
