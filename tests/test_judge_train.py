@@ -74,6 +74,19 @@ def test_build_pairs_balanced_seeded_and_only_train_claims(prepared):
     assert len(build_pairs(train, corpus, max_per_label=2, seed=3)) == 6
 
 
+def test_judge_balance_false_keeps_the_datasets_own_label_mix_under_the_cap(prepared, tiny_model, tmp_path):
+    corpus, train = read_corpus(prepared), read_claims(prepared, "train")
+    natural = label_counts(build_pairs(train, corpus, balance=False, seed=0))
+    assert len(set(natural.values())) > 1  # the fixture's labels are not balanced to begin with
+    cap = sorted(natural.values())[1]  # caps the largest label only
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge", recipe="align",
+                           metrics_path=None, layer=1, eval_max_pairs=4, progress=False, balance=False,
+                           max_pairs_per_label=cap)
+    stats = train_judge(cfg)
+    assert stats["pairs"]["train"] == {k: min(v, cap) for k, v in natural.items()}
+    assert stats["config"]["balance"] is False
+
+
 def test_build_pairs_refuses_val_or_test_claims(prepared):
     corpus = read_corpus(prepared)
     leaking = read_claims(prepared, "train") + read_claims(prepared, "val")[:1]
@@ -226,29 +239,85 @@ def test_prompt_rows_find_the_claim_and_paper_tokens_of_the_chat_prompt(tiny_mod
     from biocheck.rewards.judge.align_judge import prompt_rows
 
     _, tok, _ = load_causal_lm(tiny_model, "cpu", None)
-    article = Article(pmid="7", title="Aspirin trial", abstract="Aspirin lowered stroke risk in adults.")
-    ids, claim_idx, paper_idx = prompt_rows(tok, "Aspirin prevents strokes.", article, 6000)
+    article = Article(pmid="7", title="Aspirin trial.", abstract="Aspirin lowered stroke risk in adults. It did "
+                      "not change bleeding. (Funded by NIH.)")
+    row = prompt_rows(tok, "Aspirin prevents strokes.", article, 6000)
+    ids, claim_idx, paper_idx = row.ids, row.claim_idx, row.paper_idx
     text = lambda idx: tok.decode([ids[i] for i in idx])  # noqa: E731
     # tokens wholly inside the span: the claim's final "." may merge with the newline after it
     assert text(claim_idx).strip() in ("Aspirin prevents strokes.", "Aspirin prevents strokes")
     assert text(paper_idx).strip().startswith("Aspirin trial") and "lowered stroke risk in adults" in text(paper_idx)
     assert max(claim_idx) < min(paper_idx) < max(paper_idx) < len(ids) - 1  # the answer instruction follows
+    assert row.claim == "Aspirin prevents strokes."
+    assert row.sentences[0] == "Aspirin trial."  # the title; "Abstract: ..." opens the next sentence
+    assert row.sentences[-3:] == ["Abstract: Aspirin lowered stroke risk in adults.", "It did not change bleeding.",
+                                  "(Funded by NIH.)"]
+    # each paper token is in the sentence its text comes from (a token's leading space joins the next sentence)
+    assert len(row.sentence_of) == len(paper_idx) and row.sentence_of == sorted(row.sentence_of)
+    for n, sentence in enumerate(row.sentences):
+        words = tok.decode([ids[i] for i, m in zip(paper_idx, row.sentence_of, strict=True) if m == n]).split()
+        assert words == sentence.split(), (n, words)
+
+
+def _row(claim_idx, paper_idx, sentence_of, claim="X raises Y.", sentences=("A is B.", "C is D.")):
+    from biocheck.rewards.judge.align_judge import Row
+
+    return Row(list(range(40)), list(claim_idx), list(paper_idx), list(sentence_of), claim, list(sentences))
 
 
 def test_alignment_features_see_a_claim_the_paper_repeats():
     import torch
 
-    from biocheck.rewards.judge.align_judge import N_FEATURES, features
+    from biocheck.rewards.judge.align_judge import N_ALIGN, N_FEATURES, features
 
     g = torch.Generator().manual_seed(0)
     states = torch.randn(40, 16, generator=g)
     states[30:34] = states[2:6]  # the paper (20-39) repeats the claim's tokens (2-5) at 30-33
-    same = features(states, range(2, 6), range(20, 40))
-    other = features(torch.randn(40, 16, generator=g), range(2, 6), range(20, 40))
-    assert same.shape == (N_FEATURES,)
+    halves = [0] * 10 + [1] * 10
+    same = features(states, _row(range(2, 6), range(20, 40), halves))
+    other = features(torch.randn(40, 16, generator=g), _row(range(2, 6), range(20, 40), halves))
+    assert same.shape == (N_FEATURES,) and N_FEATURES > N_ALIGN
     assert same[0] == pytest.approx(1.0) and same[1] == pytest.approx(1.0)  # every claim token found exactly
     assert other[0] < 0.9
-    assert torch.equal(features(states, [], range(20, 40)), torch.zeros(N_FEATURES))  # no claim tokens: no signal
+    empty = features(states, _row([], range(20, 40), halves))
+    assert torch.equal(empty, torch.zeros(N_FEATURES))  # no claim tokens: no signal
+
+
+def test_the_cues_come_from_the_sentences_that_match_the_claim():
+    import torch
+
+    from biocheck.rewards.judge.align_judge import N_ALIGN, features
+    from biocheck.rewards.judge.cues import N_CUES, cue_features
+
+    g = torch.Generator().manual_seed(1)
+    states = torch.randn(40, 16, generator=g)
+    claim = "Aspirin lowers stroke risk."
+    sentences = ["Stroke was common.", "Rainfall increased sharply.", "Aspirin did not lower stroke risk."]
+    of = [0] * 6 + [1] * 7 + [2] * 7  # paper tokens 20-25, 26-32, 33-39
+    states[35:38] = states[2:5]  # the claim's tokens reappear in the third sentence
+    states[20] = states[4]  # and one of them in the first: the second-best match; the rainfall is never read
+    cues = features(states, _row(range(2, 5), range(20, 40), of, claim, sentences))[N_ALIGN:]
+    assert cues.shape == (N_CUES,)
+    assert torch.equal(cues, torch.tensor(cue_features(claim, [sentences[2], sentences[0]], 3, 1)))
+    assert cues[1] == 1.0  # a negation in the best-matched sentences
+    assert cues[3] == -1.0  # the claim's effect goes down ("lowers")
+    assert cues[4] == 1.0  # "did not lower": a negated decrease (the rainfall's "increased" is not counted)
+    assert cues[5] == -1.0  # so the two disagree
+
+
+def test_cue_polarity_counts_direction_words_and_flips_on_negation():
+    from biocheck.rewards.judge.cues import counts, cue_features, sentence_spans
+
+    assert counts("Levels did not increase; they were reduced and lower.") == (1, 1, 2)
+    text = "It rose. It fell (a lot). 3 mice died."
+    assert [text[a:b] for a, b in sentence_spans(text)] == ["It rose.", "It fell (a lot).", "3 mice died."]
+    agree = cue_features("X increases Y.", ["X increased Y in mice."], 1, 0)
+    differ = cue_features("X increases Y.", ["X decreased Y in mice."], 1, 0)
+    negated = cue_features("X does not increase Y.", ["X increased Y in mice."], 1, 0)
+    assert (agree[3], agree[4], agree[5]) == (1.0, 1.0, 1.0)
+    assert (differ[3], differ[4], differ[5]) == (1.0, -1.0, -1.0)
+    assert (negated[0], negated[3], negated[5], negated[14]) == (1.0, -1.0, -1.0, 1.0)
+    assert cue_features("X increases Y.", [], 0, 0)[4] == 0.0  # no sentence: no direction
 
 
 def test_align_recipe_writes_a_judge_make_judge_loads_and_its_scores_reproduce_the_fit(prepared, tiny_model, tmp_path):

@@ -353,8 +353,9 @@ def judge_train(
     non-rationale and BM25-retrieved abstracts are NOT ENOUGH INFORMATION (label-balanced, seeded).
     The backbone stays frozen and is cut at the layer that cross-validates best. judge.recipe head fits
     the three label words' output rows there (an ordinary checkpoint); judge.recipe align fits a small
-    classifier on how well the claim's tokens are matched by the paper's in that layer (the checkpoint
-    plus judge_head.json). Either way `reward.judge: transformers:models/judge` reads it through the
+    classifier on how well the claim's tokens are matched by the paper's in that layer and on the
+    negation and direction words of the claim and of its best-matched sentences (the checkpoint plus
+    judge_head.json). Either way `reward.judge: transformers:models/judge` reads it through the
     usual judge protocol (s per label, the same prompt and cache). It is measured on SciFact TEST
     pairs (all, or a seeded judge.eval_max_pairs): accuracy, macro-F1, recall per label, calibration,
     beside the majority class.

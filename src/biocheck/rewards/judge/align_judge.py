@@ -4,8 +4,10 @@ A 135M model cannot answer the judge prompt, and the states at its last position
 (docs/rewards.md, "Training the judge"). What it does encode is which of the paper's tokens, in context, mean
 what a claim token means. So this judge reads, after one forward pass of the same prompt through a backbone cut
 to `layer` layers, the cosine similarity of every claim token to every paper token (title + abstract) and turns
-it into 15 numbers (how well each claim token is matched, how well the paper is matched back, their quantiles);
-a small multinomial logistic regression over them gives the probability of each label. The protocol is every
+it into 15 numbers (how well each claim token is matched, how well the paper is matched back, their quantiles).
+Similarity finds a refuting paper as readily as a supporting one, so 15 more numbers (cues.py) count negation
+and direction words in the claim and in the two paper sentences whose tokens match the claim best. A small
+multinomial logistic regression over the 30 gives the probability of each label. The protocol is every
 judge's: (claim, paper) -> s per label, summing to 1, through the same prompt and the same cache.
 
 A checkpoint folder with `judge_head.json` beside the (cut) model is such a judge: `make_judge` loads it for
@@ -14,6 +16,7 @@ A checkpoint folder with `judge_head.json` beside the (cut) model is such a judg
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from collections.abc import Sequence
@@ -31,13 +34,16 @@ from biocheck.rewards.judge.base import (
     judge_prompt_hash,
     prompt_spans,
 )
+from biocheck.rewards.judge.cues import N_CUES, counts, cue_features, sentence_spans
 from biocheck.rewards.judge.transformers_judge import TransformersJudge, _chat
 
 HEAD_FILE = "judge_head.json"
-FEATURES = "align-v1"  # the feature set below; a head made for another is refused
+FEATURES = "align-v2"  # the feature set below; a head made for another is refused
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 TOP_K = 10
-N_FEATURES = 4 + 2 * len(QUANTILES) + 1
+TOP_SENTENCES = 2  # the paper sentences whose cues are read
+N_ALIGN = 4 + 2 * len(QUANTILES) + 1
+N_FEATURES = N_ALIGN + N_CUES
 
 
 @dataclass
@@ -95,36 +101,66 @@ def judge_fingerprint(folder: Path) -> str:
     return hashlib.sha256(base.encode() + b"\0" + (folder / HEAD_FILE).read_bytes()).hexdigest()[:12]
 
 
-def prompt_rows(tokenizer: Any, claim: str, article: Any, max_abstract_chars: int | None
-                ) -> tuple[list[int], list[int], list[int]]:
-    """The judge prompt's token ids (chat template + generation prompt) and the indices of its claim tokens and
-    paper tokens (a token counts when it lies wholly inside the span)."""
+@dataclass(frozen=True)
+class Row:
+    """One judge prompt as the features read it."""
+
+    ids: list[int]  # the prompt's token ids (chat template + generation prompt)
+    claim_idx: list[int]  # positions of the claim's tokens
+    paper_idx: list[int]  # positions of the paper's tokens (title through abstract)
+    sentence_of: list[int]  # per paper token, the index of its sentence in `sentences`
+    claim: str
+    sentences: list[str]  # the paper (title through abstract) cut into sentences
+
+
+def prompt_rows(tokenizer: Any, claim: str, article: Any, max_abstract_chars: int | None) -> Row:
+    """The judge prompt's tokens, which of them are the claim and the paper, and the paper's sentences (a token
+    counts when it lies wholly inside a span; it belongs to the sentence its first character is in or precedes)."""
     content, (c0, c1), (p0, p1) = prompt_spans(claim, article, max_abstract_chars)
     text = _chat(tokenizer, content, tokenize=False)
     at = text.index(content)
+    paper = content[p0:p1]
+    spans = sentence_spans(paper)
+    ends = [e for _, e in spans]
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    claim_idx, paper_idx = [], []
+    claim_idx, paper_idx, sentence_of = [], [], []
     for i, (s, e) in enumerate(enc["offset_mapping"]):
         if at + c0 <= s and e <= at + c1 and e > s:
             claim_idx.append(i)
         elif at + p0 <= s and e <= at + p1 and e > s:
             paper_idx.append(i)
-    return list(enc["input_ids"]), claim_idx, paper_idx
+            sentence_of.append(min(bisect.bisect_right(ends, s - at - p0), len(spans) - 1))
+    return Row(list(enc["input_ids"]), claim_idx, paper_idx, sentence_of, content[c0:c1],
+               [paper[a:b] for a, b in spans])
 
 
-def features(states: Any, claim_idx: Sequence[int], paper_idx: Sequence[int]) -> Any:
-    """[N_FEATURES] from one prompt's normed states [T, H]: cosine similarities of claim to paper tokens."""
+def alignment(sim: Any) -> Any:
+    """[N_ALIGN] from the cosine similarities [claim tokens, paper tokens]."""
     import torch
 
-    if not claim_idx or not paper_idx:
-        return torch.zeros(N_FEATURES)
-    unit = torch.nn.functional.normalize(states.float(), dim=-1)
-    sim = unit[list(claim_idx)] @ unit[list(paper_idx)].T  # [claim tokens, paper tokens]
     best = sim.max(1).values  # how well each claim token is found in the paper
     back = sim.max(0).values  # how well each paper token is found in the claim
     q = torch.tensor(QUANTILES)
     return torch.cat([torch.stack([best.mean(), best.min(), sim.mean(), back.mean()]), torch.quantile(best, q),
                       torch.quantile(back, q), back.topk(min(TOP_K, back.numel())).values.mean()[None]])
+
+
+def features(states: Any, row: Row) -> Any:
+    """[N_FEATURES] from one prompt's normed states [T, H]: the alignment numbers, then the cues (cues.py) of the
+    claim and of the TOP_SENTENCES sentences whose tokens match the claim's best (mean over claim tokens of the
+    best similarity inside the sentence)."""
+    import torch
+
+    if not row.claim_idx or not row.paper_idx:
+        return torch.zeros(N_FEATURES)
+    unit = torch.nn.functional.normalize(states.float(), dim=-1)
+    sim = unit[row.claim_idx] @ unit[row.paper_idx].T  # [claim tokens, paper tokens]
+    of = torch.tensor(row.sentence_of)
+    score = {n: float(sim[:, of == n].max(1).values.mean()) for n in sorted(set(row.sentence_of))}
+    top = sorted(score, key=lambda n: -score[n])[:TOP_SENTENCES]
+    negations = sum(counts(s)[0] for s in row.sentences)
+    cues = cue_features(row.claim, [row.sentences[n] for n in top], len(row.sentences), negations)
+    return torch.cat([alignment(sim), torch.tensor(cues)])
 
 
 class AlignJudge(TransformersJudge):
@@ -144,11 +180,11 @@ class AlignJudge(TransformersJudge):
             self._fingerprint = judge_fingerprint(Path(str(self.path)))
         return self._fingerprint
 
-    def rows(self, pairs: Sequence[Pair]) -> list[tuple[list[int], list[int], list[int]]]:
+    def rows(self, pairs: Sequence[Pair]) -> list[Row]:
         out = [prompt_rows(self.tokenizer, claim, article, self.max_abstract_chars) for claim, article in pairs]
-        for ids, _, _ in out:
-            if self.max_positions is not None and len(ids) > self.max_positions:
-                raise JudgeError(f"{self.spec}: a judge prompt is {len(ids)} tokens but the model handles "
+        for row in out:
+            if self.max_positions is not None and len(row.ids) > self.max_positions:
+                raise JudgeError(f"{self.spec}: a judge prompt is {len(row.ids)} tokens but the model handles "
                                  f"{self.max_positions} positions; lower max_abstract_chars")
         return out
 
@@ -167,7 +203,7 @@ class AlignJudge(TransformersJudge):
         return [clean_scores(dict(zip(KEYS, row, strict=True))) for row in probs]
 
 
-def batch_features(model: Any, rows: Sequence[tuple[list[int], list[int], list[int]]], pad_id: int,
+def batch_features(model: Any, rows: Sequence[Row], pad_id: int,
                    batch_size: int = 8, *, device: Any = None, progress: bool = False, last_only: bool = False) -> Any:
     """[N, layers, N_FEATURES]: the alignment features after every decoder layer (the final norm applied), from
     forward passes of the decoder alone, right-padded without a mask (causal: a row never sees its pads).
@@ -177,7 +213,7 @@ def batch_features(model: Any, rows: Sequence[tuple[list[int], list[int], list[i
 
     inner = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     layers, norm = inner.layers, inner.norm
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i].ids))
     read = list(layers)[-1:] if last_only else list(layers)
     out = torch.zeros((len(rows), len(read), N_FEATURES), dtype=torch.float32)
     chunk: list[int] = []
@@ -187,18 +223,17 @@ def batch_features(model: Any, rows: Sequence[tuple[list[int], list[int], list[i
             h = output[0] if isinstance(output, tuple) else output
             normed = norm(h).float().cpu()
             for j, i in enumerate(chunk):
-                _, claim_idx, paper_idx = rows[i]
-                out[i, index] = features(normed[j, : len(rows[i][0])], claim_idx, paper_idx)
+                out[i, index] = features(normed[j, : len(rows[i].ids)], rows[i])
         return fn
 
     handles = [layer.register_forward_hook(hook(k)) for k, layer in enumerate(read)]
     try:
         for start in tqdm(range(0, len(order), batch_size), desc="judge features", disable=not progress):
             chunk[:] = order[start:start + batch_size]
-            width = max(len(rows[i][0]) for i in chunk)
+            width = max(len(rows[i].ids) for i in chunk)
             ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             for j, i in enumerate(chunk):
-                ids[j, : len(rows[i][0])] = torch.tensor(rows[i][0], dtype=torch.long)
+                ids[j, : len(rows[i].ids)] = torch.tensor(rows[i].ids, dtype=torch.long)
             with torch.inference_mode():
                 inner(input_ids=ids.to(device) if device is not None else ids)
     finally:

@@ -2,7 +2,7 @@
 regression over them, the layer and the L2 weight chosen by grouped cross-validation on the training pairs.
 
 One forward pass per training prompt gives the features after every layer (hooks; no backward pass). The fit
-is a convex problem over 15 numbers per pair: full-batch L-BFGS, well under a second.
+is a convex problem over 30 numbers per pair: full-batch L-BFGS, well under a second.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Two recipes, both a frozen backbone read by a small fit (one forward pass per tr
 - `head` (head.py): the answer tokens' rows of the LM head fitted to the last position's state of the layer
   that cross-validates best; the judge is an ordinary checkpoint answering the prompt's label word.
 - `align` (align.py, rewards/judge/align_judge.py): how well the claim's tokens are matched by the paper's
-  tokens in a layer's states, 15 numbers, a logistic regression over them; the judge is the cut checkpoint
+  tokens in a layer's states (15 numbers) and negation/direction cues of the claim and its best-matched
+  sentences (15 more, rewards/judge/cues.py), a logistic regression over them; the judge is the cut checkpoint
   plus `judge_head.json`. On SmolLM2 it is the recipe that judges (docs/rewards.md).
 Both pick the layer (and `align` its L2 weight) by cross-validation grouped by claim, then cut the model to
 that layer. Why not fine-tuning: on 2 CPU cores full fine-tuning of SmolLM2 on the answer token ran ~15 s per
@@ -60,7 +61,8 @@ class JudgeTrainConfig:
     metrics_path: Path | None = Path("metrics/judge.json")
     level: str = "abstract"  # abstract | sentence: what a training pair shows the judge
     bm25_per_claim: int = 1  # BM25-retrieved, non-cited documents per claim as NEI pairs
-    max_pairs_per_label: int | None = None  # after balancing; None = as many as the rarest label has
+    balance: bool = True  # each label as many pairs as the rarest has | false: as SciFact has them (2 S : 1 R)
+    max_pairs_per_label: int | None = None  # a cap per label after balancing; None = no cap
     train_max_abstract_chars: int = 1500  # shorter training prompts: the forward passes are the cost
     eval_max_abstract_chars: int = DEFAULT_MAX_ABSTRACT_CHARS  # as the judge reads papers in the reward
     eval_max_pairs: int | None = None  # a seeded sample of the test pairs; None = all
@@ -146,7 +148,7 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
         raise JudgeDataError(f"{cfg.prepared_dir}/full/scifact.jsonl has {len(train_claims)} train and "
                              f"{len(test_claims)} test claims; both are needed. Re-run `biocheck data prepare`.")
     train = build_pairs(train_claims, corpus, level=cfg.level, bm25_per_claim=cfg.bm25_per_claim,
-                        max_per_label=cfg.max_pairs_per_label, seed=cfg.seed) if cfg.train else []
+                        balance=cfg.balance, max_per_label=cfg.max_pairs_per_label, seed=cfg.seed) if cfg.train else []
     test = build_pairs(test_claims, corpus, level="abstract", bm25_per_claim=0, balance=False, seed=cfg.seed,
                        split="test")
     if cfg.eval_max_pairs and len(test) > cfg.eval_max_pairs:
