@@ -99,3 +99,16 @@ def test_params_is_the_quickstart_profile_and_profiles_share_keys():
         return {prefix + k for k in d} | {x for k, v in d.items() if isinstance(v, dict) for x in keys(v, f"{prefix}{k}.")}
     assert keys(quick) == keys(paper)
     assert paper["data"]["subset"] == {"train": None, "val": None, "test": None}
+
+
+@pytest.mark.parametrize(("start", "shown"), [(0.6908994913101196, "start 0.6909)"), (None, "start not measured)")])
+def test_select_prints_the_start_reward_rounded_or_says_it_was_not_measured(monkeypatch, tmp_path, start, shown):
+    import biocheck.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "params_of", lambda params: {})
+    monkeypatch.setattr(pipeline, "select_config", lambda params, variant=None: type("C", (), {"out_dir": tmp_path})())
+    monkeypatch.setattr(pipeline, "select_stage", lambda params, register=None, variant="eg_grpo": {
+        "selected_step": 2, "selected_eval_reward": 1.0529, "start_eval_reward": start})
+    result = runner.invoke(app, ["select"])
+    assert result.exit_code == 0, result.output
+    assert f"selected step 2 (validation reward 1.0529; {shown}" in result.output

@@ -631,8 +631,10 @@ def select_cmd(
 
     cfg = _run(select_config, _run(params_of, params), variant=variant)
     result = _run(select_stage, params, register=False if no_register else None, variant=variant)
+    start = result["start_eval_reward"]
+    start = f"{start:.4f}" if isinstance(start, int | float) else "not measured"
     err.print(f"selected step {result['selected_step']} (validation reward {result['selected_eval_reward']:.4f}; "
-              f"start {result['start_eval_reward']}) -> {cfg.out_dir}", markup=False, highlight=False)
+              f"start {start}) -> {cfg.out_dir}", markup=False, highlight=False)
 
 
 # --- evaluation -------------------------------------------------------------------------------------
