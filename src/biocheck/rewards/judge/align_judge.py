@@ -21,6 +21,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,11 @@ class Row:
     claim: str
     sentences: list[str]  # the paper (title through abstract) cut into sentences
 
+    @cached_property
+    def negations(self) -> int:
+        """Negation words in the whole paper: text only, so counted once per prompt, not once per layer hooked."""
+        return sum(counts(s)[0] for s in self.sentences)
+
 
 def prompt_rows(tokenizer: Any, claim: str, article: Any, max_abstract_chars: int | None) -> Row:
     """The judge prompt's tokens, which of them are the claim and the paper, and the paper's sentences (a token
@@ -158,8 +164,7 @@ def features(states: Any, row: Row) -> Any:
     of = torch.tensor(row.sentence_of)
     score = {n: float(sim[:, of == n].max(1).values.mean()) for n in sorted(set(row.sentence_of))}
     top = sorted(score, key=lambda n: -score[n])[:TOP_SENTENCES]
-    negations = sum(counts(s)[0] for s in row.sentences)
-    cues = cue_features(row.claim, [row.sentences[n] for n in top], len(row.sentences), negations)
+    cues = cue_features(row.claim, [row.sentences[n] for n in top], len(row.sentences), row.negations)
     return torch.cat([alignment(sim), torch.tensor(cues)])
 
 
