@@ -306,11 +306,14 @@ def test_the_cues_come_from_the_sentences_that_match_the_claim():
 
 
 def test_cue_polarity_counts_direction_words_and_flips_on_negation():
-    from biocheck.rewards.judge.cues import counts, cue_features, sentence_spans
+    from biocheck.agent.tools import sentence_spans, split_sentences
+    from biocheck.rewards.judge.cues import counts, cue_features
 
     assert counts("Levels did not increase; they were reduced and lower.") == (1, 1, 2)
-    text = "It rose. It fell (a lot). 3 mice died."
-    assert [text[a:b] for a, b in sentence_spans(text)] == ["It rose.", "It fell (a lot).", "3 mice died."]
+    text = 'It rose. It fell (a lot). 3 mice died. [Methods] Mice. "Quoted" end.'
+    spans = [text[a:b] for a, b in sentence_spans(text)]
+    assert spans == ["It rose.", "It fell (a lot).", "3 mice died.", "[Methods] Mice.", '"Quoted" end.']
+    assert split_sentences(text) == spans  # the one splitter: the judge's cues and the search tool's snippets agree
     agree = cue_features("X increases Y.", ["X increased Y in mice."], 1, 0)
     differ = cue_features("X increases Y.", ["X decreased Y in mice."], 1, 0)
     negated = cue_features("X does not increase Y.", ["X increased Y in mice."], 1, 0)

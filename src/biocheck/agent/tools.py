@@ -92,9 +92,20 @@ _QUERY_WORD = re.compile(r"[a-z0-9][a-z0-9-]*\*?")
 _OPERATORS = frozenset({"and", "or", "not"})
 
 
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of `text`'s sentences: split after . ! ? and white space, before a capital, a digit, an
+    opening bracket or a quote. The one splitter of the project (search snippets, CER, the judge's cues)."""
+    text, spans, at = text or "", [], 0
+    for part in _SENTENCE_END.split(text):
+        start = text.index(part, at)
+        spans.append((start, start + len(part)))
+        at = start + len(part)
+    return spans
+
+
 def split_sentences(text: str) -> list[str]:
     """The sentences of `text`, each a verbatim (stripped) piece of it."""
-    return [s.strip() for s in _SENTENCE_END.split(text or "") if s.strip()]
+    return [s for a, b in sentence_spans(text) if (s := (text or "")[a:b].strip())]
 
 
 def query_words(query: str) -> set[str]:

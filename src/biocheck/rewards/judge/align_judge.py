@@ -25,6 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from biocheck.agent.tools import sentence_spans
 from biocheck.rewards.judge.base import (
     DEFAULT_MAX_ABSTRACT_CHARS,
     KEYS,
@@ -35,7 +36,7 @@ from biocheck.rewards.judge.base import (
     judge_prompt_hash,
     prompt_spans,
 )
-from biocheck.rewards.judge.cues import N_CUES, counts, cue_features, sentence_spans
+from biocheck.rewards.judge.cues import N_CUES, counts, cue_features
 from biocheck.rewards.judge.transformers_judge import TransformersJudge, _chat
 
 HEAD_FILE = "judge_head.json"

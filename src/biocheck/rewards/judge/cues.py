@@ -13,7 +13,6 @@ import re
 from collections.abc import Sequence
 
 N_CUES = 15
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
 NEGATION = re.compile(
     r"\b(not|no|never|none|neither|nor|without|cannot|can't|doesn't|don't|didn't|isn't|aren't|wasn't|weren't|"
     r"fail(s|ed)?|lack(s|ed|ing)?|absence|absent|unaffected|unchanged|unrelated|independent(ly)?|insufficient|"
@@ -26,16 +25,6 @@ DOWN = re.compile(
     r"\b(decreas\w*|lower|less|fewer|reduc\w*|declin\w*|inhibit\w*|suppress\w*|impair\w*|downregulat\w*|"
     r"down-regulat\w*|negative\w*|worse|loss|lost|attenuat\w*|prevent\w*|block\w*|diminish\w*|smaller|shorter|"
     r"weaker|slower|abolish\w*|deplet\w*|inferior|harm\w*|risk|ineffective|abrogat\w*)\b", re.I)
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of `text`'s sentences (split after . ! ? before a capital, digit or parenthesis)."""
-    spans, at = [], 0
-    for part in _SENTENCE.split(text):
-        start = text.index(part, at)
-        spans.append((start, start + len(part)))
-        at = start + len(part)
-    return spans
 
 
 def counts(text: str) -> tuple[int, int, int]:
