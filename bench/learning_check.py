@@ -134,6 +134,34 @@ def table(evals: dict, runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def by_variant(evals: dict, runs: list[dict]) -> dict:
+    """Each (variant, beta)'s selected checkpoints over seeds: per dataset and metric, the mean, min and max
+    of the seeds' values (a metric a model has no value for, e.g. EQS without citations, is left out)."""
+    out = {}
+    for key in sorted({(r["variant"], r["beta"]) for r in runs}):
+        names = [r["name"] for r in runs if (r["variant"], r["beta"]) == key and r["name"] in evals]
+        per = {}
+        for d in sorted({d for n in names for d in evals[n]}):
+            per[d] = {}
+            for k in METRICS:
+                vs = [evals[n][d][k] for n in names if d in evals[n] and evals[n][d].get(k) is not None]
+                per[d][k] = ({"mean": statistics.mean(vs), "min": min(vs), "max": max(vs), "seeds": len(vs)}
+                             if vs else None)
+        if names:
+            out[f"{key[0]} beta={key[1]:g}"] = {"seeds": len(names), "datasets": per}
+    return out
+
+
+def variant_table(agg: dict) -> str:
+    lines = ["| variant | seeds | dataset | " + " | ".join(METRICS) + " |", "| --- " * (3 + len(METRICS)) + "|"]
+    for name, a in agg.items():
+        for d, per in a["datasets"].items():
+            cells = [f"{m['mean']:.3f} ({m['min']:.2f}-{m['max']:.2f}, {m['seeds']})" if m else "n/a"
+                     for m in (per[k] for k in METRICS)]
+            lines.append(f"| {name} | {a['seeds']} | {d} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(results: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
@@ -206,11 +234,13 @@ def main() -> int:
         models.update({r["name"]: r["checkpoint"] for r in results})
         evals = evaluate(params, models, args.evaluate, args.limit, args.runs / profile / "eval")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"profile": profile, "summary": summary, "runs": results, "evaluation": evals},
-                                   indent=2) + "\n")
+    agg = by_variant(evals, results)
+    args.out.write_text(json.dumps({"profile": profile, "summary": summary, "runs": results, "evaluation": evals,
+                                    "evaluation_by_variant": agg}, indent=2) + "\n")
     if evals:
-        args.out.with_suffix(".md").write_text(table(evals, results))
-        print(table(evals, results))
+        text = table(evals, results) + "\nOver seeds (mean (min-max, seeds with a value)):\n\n" + variant_table(agg)
+        args.out.with_suffix(".md").write_text(text)
+        print(text)
     plot(results, args.out.with_suffix(".png"), f"Learning check ({profile} profile, CPU)")
     print(json.dumps(summary, indent=2))
     return 0
