@@ -114,6 +114,7 @@ def _project(root: Path, evidence_cfg, tiny_model: Path) -> Path:
     params["evidence"].update(index_dir=str(evidence_cfg.index_dir), store=str(evidence_cfg.store))
     params["agent"].update(max_new_tokens=32, max_searches=1)
     params["reward"]["judge"] = None
+    params["evaluate"]["eqs_judge"] = None  # EQS by the (absent) training judge
     params["evaluate"].update(bootstrap=20, workers=1)
     params["orchestrate"].update(dask_workers=1, shards=2, dask_address=None)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

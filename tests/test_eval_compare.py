@@ -14,7 +14,8 @@ from collections import Counter
 import mlflow
 import numpy as np
 import pytest
-from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
+from scipy.stats import binomtest, norm
+from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
 
 from biocheck.evaluate.compare import (
     log_mlflow,
@@ -55,7 +56,9 @@ def sk(golds, answers, labels):
 def test_system_metrics_match_sklearn_3way_and_2way():
     ps = random_preds("cer")
     m = system_metrics(ps, n_resamples=50, seed=0)
-    for key, sub, labels in (("3way", m, ALL3), ("2way", m["2way"], ALL3[:2])):
+    assert m["label_set"] == "3way" and {k: m[k] for k in ("accuracy", "macro_f1")} == {
+        k: m["3way"][k] for k in ("accuracy", "macro_f1")}
+    for key, sub, labels in (("3way", m["3way"], ALL3), ("2way", m["2way"], ALL3[:2])):
         keep = [p for p in ps if p.gold.value in labels]
         acc, prec, rec, f1, sup, cm = sk([p.gold for p in keep], [p.pred for p in keep], labels)
         assert sub["n"] == len(keep), key
@@ -77,32 +80,81 @@ def test_bootstrap_intervals_are_seeded_and_percentile():
     a, b = system_metrics(ps, 200, seed=3), system_metrics(ps, 200, seed=3)
     assert a == b
     assert system_metrics(ps, 200, seed=4)["ci"] != a["ci"]
-    # Independently: resample the claims with the documented generator, accuracy per resample, percentiles.
-    right = np.array([p.pred == p.gold for p in ps], dtype=float)
+    # Independently: resample the claims with the documented generator, macro-F1 per resample, percentiles.
     idx = np.random.default_rng(3).integers(0, len(ps), size=(200, len(ps)))
-    lo, hi = np.percentile(right[idx].mean(-1), [2.5, 97.5])
-    assert a["ci"]["accuracy"] == pytest.approx({"lo": lo, "hi": hi})
+    f1s = [sk([ps[i].gold for i in row], [ps[i].pred for i in row], ALL3)[3].mean() for row in idx]
+    lo, hi = np.percentile(f1s, [2.5, 97.5])
+    assert a["label_set"] == "3way" and a["ci"]["macro_f1"] == pytest.approx({"lo": lo, "hi": hi})
+    # Accuracy is a proportion of claims: the exact (Clopper-Pearson) interval, never a collapsing bootstrap.
+    right = sum(p.pred == p.gold for p in ps)
+    ci = binomtest(right, len(ps)).proportion_ci(method="exact")
+    assert a["ci"]["accuracy"] == pytest.approx({"lo": ci.low, "hi": ci.high})
     assert a["ci"]["accuracy"]["lo"] <= a["accuracy"] <= a["ci"]["accuracy"]["hi"]
+
+
+def test_none_right_of_four_has_an_interval_that_does_not_collapse():
+    m = system_metrics(preds("eg_grpo", [S, R, S, R], [R, S, None, S]), 500, 0)
+    assert m["accuracy"] == 0.0
+    assert m["ci"]["accuracy"]["lo"] == 0.0
+    assert m["ci"]["accuracy"]["hi"] == pytest.approx(1 - 0.025 ** (1 / 4))  # the exact bound: 0.60
+    assert m["ci"]["accuracy"]["hi"] > 0.5
+
+
+def test_two_way_macro_f1_is_the_headline_on_a_set_without_nei():
+    golds, answers = [S, S, R, R, S, R], [S, R, R, R, S, N]
+    m = system_metrics(preds("eg_grpo", golds, answers), 50, 0)
+    f1_2 = sk(golds, answers, ALL3[:2])[3].mean()
+    f1_3 = sk(golds, answers, ALL3)[3].mean()
+    assert m["label_set"] == "2way"
+    assert m["macro_f1"] == pytest.approx(f1_2) == pytest.approx(m["2way"]["macro_f1"])
+    assert m["3way"]["macro_f1"] == pytest.approx(f1_3)
+    assert f1_3 < f1_2  # an NEI class with no support drags it down
+    perfect = system_metrics(preds("eg_grpo", golds, golds), 50, 0)
+    assert perfect["macro_f1"] == 1.0 and perfect["3way"]["macro_f1"] == pytest.approx(2 / 3)
+    with_nei = system_metrics(preds("eg_grpo", [*golds, N], [*answers, N]), 50, 0)
+    assert with_nei["label_set"] == "3way" and with_nei["macro_f1"] == with_nei["3way"]["macro_f1"]
 
 
 def test_report_fields_and_identical_keys_across_systems():
     golds, answers = [S, R, N, S], [S, R, S, None]
-    agent = preds("eg_grpo", golds, answers, report=True, eqs=[0.8, None, 0.4, None], ehr=[0.0, 0.5, 0.25, 0.0],
-                  parseable=[True, True, True, False], searches=[2, 3, 1, 5], tokens=[100, 200, 300, 400],
-                  seconds=[1.0, 2.0, 3.0, 4.0], error=[None, None, None, "llm_error: timeout"])
+    agent = preds("eg_grpo", golds, answers, report=True, eqs=[0.8, None, 0.4, None], ehr=[0.0, 0.5, None, None],
+                  cited=[2, 2, 0, 0], hallucinated=[0, 1, 0, 0], parseable=[True, True, True, False],
+                  searches=[2, 3, 1, 5], tokens=[100, 200, 300, 400], seconds=[1.0, 2.0, 3.0, 4.0],
+                  error=[None, None, None, "llm_error: timeout"])
     label_only = preds("no_retrieval", golds, answers, parseable=[None] * 4, eqs=[0.5] * 4, ehr=[0.0] * 4)  # scored, no report
     a, b = system_metrics(agent, 20, 0), system_metrics(label_only, 20, 0)
     assert flatten(a).keys() == flatten(b).keys()
     json.dumps(a, allow_nan=False), json.dumps(b, allow_nan=False)  # plain JSON numbers for DVC
     assert a["eqs"] == pytest.approx((0.8 + 0.4) / 2) and a["eqs_n"] == 2
-    assert a["ehr"] == pytest.approx(0.75 / 4) and a["parseable"] == pytest.approx(3 / 4)
+    # EHR over the two citing reports only; the silent ones are neither credited nor blamed, but visible:
+    assert a["ehr"] == pytest.approx(0.25) and a["ehr_n"] == 2
+    assert a["ehr_micro"] == pytest.approx(1 / 4) and a["ehr_micro_n"] == 4
+    assert a["citing_rate"] == pytest.approx(2 / 4) and a["parse_rate"] == pytest.approx(3 / 4)
+    assert a["grounded_rate"] == pytest.approx(1 / 4)  # parseable, cites, nothing invented: claim 0 only
     assert a["ci"]["eqs"]["lo"] is not None and a["ci"]["ehr"]["hi"] is not None
     assert (a["errors"], a["searches"], a["tokens"]) == (1, pytest.approx(11 / 4), pytest.approx(250))
     assert (a["seconds_total"], a["seconds_mean"]) == (pytest.approx(10.0), pytest.approx(2.5))
     assert a["writes_report"] is True and b["writes_report"] is False
-    for key in ("eqs", "ehr", "parseable", "eqs_n", "ehr_n"):
+    for key in ("eqs", "ehr", "ehr_micro", "citing_rate", "rationale_f1"):
         assert b[key] is None, key
-    assert b["ci"]["eqs"] == {"lo": None, "hi": None} == b["ci"]["ehr"]
+    assert b["parse_rate"] == pytest.approx(3 / 4)  # a label-only system: a label could be read (not from None)
+    assert b["eqs_n"] == 0 and b["ci"]["eqs"] == {"lo": None, "hi": None} == b["ci"]["ehr"]
+
+
+def test_a_silent_or_unparseable_report_earns_no_ehr_credit():
+    golds = [S, R, S, R]
+    silent = preds("eg_grpo", golds, [S, R, None, None], report=True, cited=[0, 0, 0, 0], hallucinated=[0] * 4,
+                   parseable=[True, True, False, False], ehr=[None] * 4)
+    m = system_metrics(silent, 50, 0)
+    assert m["ehr"] is None and m["ehr_n"] == 0 and m["ehr_micro"] is None  # not 0: there is nothing to rate
+    assert m["citing_rate"] == 0.0 and m["grounded_rate"] == 0.0 and m["parse_rate"] == 0.5
+    honest = preds("outcome_only", golds, [S, R, S, R], report=True, cited=[1, 1, 1, 1], hallucinated=[0, 0, 0, 1],
+                   parseable=[True] * 4, ehr=[0.0, 0.0, 0.0, 1.0])
+    h = system_metrics(honest, 50, 0)
+    assert h["grounded_rate"] == 0.75 > m["grounded_rate"]  # the metric silence cannot win
+    out = paired_tests({"eg_grpo": silent, "outcome_only": honest}, n_resamples=50)["outcome_only"]
+    assert out["ehr"]["diff"] is None and out["grounded_rate"]["diff"] == pytest.approx(-0.75)
+    assert out["citing_rate"]["diff"] == pytest.approx(-1.0)
 
 
 def test_no_supported_or_refuted_gold_keeps_every_key():
@@ -159,6 +211,9 @@ def test_paired_bootstrap_difference_interval_and_overlap():
         assert 0.0 <= out[m]["p"] <= 1.0
     assert out["accuracy"]["diff"] > 0 and out["accuracy"]["p"] < 0.05
     assert out["accuracy"] == pytest.approx(accuracy_bootstrap(common, other, 300, 11))
+    shuffled = other[:]
+    random.Random(3).shuffle(shuffled)  # pairing is by claim id: the other system's file order does not matter
+    assert paired_tests({"eg_grpo": ref, "cer": shuffled}, n_resamples=300, seed=11)["cer"] == out
     again = paired_tests({"eg_grpo": ref, "cer": other}, n_resamples=300, seed=11)["cer"]
     assert again == out
     assert paired_tests({"eg_grpo": ref, "cer": other}, n_resamples=300, seed=12)["cer"]["accuracy"] != out["accuracy"]
@@ -169,13 +224,17 @@ def test_paired_bootstrap_difference_interval_and_overlap():
 
 
 def accuracy_bootstrap(ref, other, resamples, seed):
-    """The paired bootstrap of the accuracy difference, computed independently of the code under test."""
-    delta = np.array([(a.pred == a.gold) - (b.pred == b.gold) for a, b in zip(ref, other, strict=True)], float)
+    """The paired bootstrap of the accuracy difference, computed independently of the code under test: claims
+    paired by id (in id order), resampled with the documented generator."""
+    by_id = {p.id: p for p in other}
+    pairs = sorted(((a.id, a, by_id[a.id]) for a in ref if a.id in by_id), key=lambda t: t[0])
+    delta = np.array([(a.pred == a.gold) - (b.pred == b.gold) for _, a, b in pairs], float)
     d = delta[np.random.default_rng(seed).integers(0, len(delta), size=(resamples, len(delta)))].mean(-1)
     lo, hi = np.percentile(d, [2.5, 97.5])
     beyond = np.mean(d <= 0) if delta.mean() > 0 else np.mean(d >= 0)
-    return {"reference": np.mean([a.pred == a.gold for a in ref]), "other": np.mean([b.pred == b.gold for b in other]),
-            "diff": delta.mean(), "mean": d.mean(), "lo": lo, "hi": hi, "p": min(1.0, 2 * beyond)}
+    return {"reference": np.mean([a.pred == a.gold for _, a, _ in pairs]),
+            "other": np.mean([b.pred == b.gold for _, _, b in pairs]), "diff": delta.mean(), "mean": d.mean(),
+            "lo": lo, "hi": hi, "p": min(1.0, 2 * beyond), "mdd": (norm.ppf(0.975) + norm.ppf(0.8)) * d.std(ddof=1)}
 
 
 @pytest.mark.parametrize("seed", [0, 5])
@@ -255,3 +314,26 @@ def test_mlflow_off_and_no_git(tmp_path, monkeypatch):
     ps = {"eg_grpo": {"scifact": preds("eg_grpo", [S], [S])}}
     assert log_mlflow({"eg_grpo": {"scifact": system_metrics(ps["eg_grpo"]["scifact"], 5, 0)}}, {}, ps, {}, "x") == []
     assert git_state(tmp_path) == {"git_commit": "unknown", "git_dirty": "unknown"}
+
+
+@pytest.mark.parametrize("golds", [[S, R] * 6, [S, R, N] * 4], ids=["2way-set", "3way-set"])
+def test_paired_macro_f1_observed_and_bootstrapped_equals_sklearn_over_the_named_labels(golds):
+    """Over the label set docs/evaluation.md names for the set (2-way without NEI gold, 3-way with), even when
+    a label never occurs in a resample or is never predicted: never the labels present only."""
+    ref_answers = [R if i % 5 == 0 else g for i, g in enumerate(golds)]  # never predicts NEI
+    other_answers = [S] * len(golds)  # only ever SUPPORTED
+    ref, other = preds("eg_grpo", golds, ref_answers), preds("cer", golds, other_answers)
+    labels = ALL3 if N in golds else ALL3[:2]
+    out = paired_tests({"eg_grpo": ref, "cer": other}, n_resamples=200, seed=4)["cer"]["macro_f1"]
+
+    def f1(ps):
+        return f1_score([p.gold.value for p in ps], [p.pred.value for p in ps], labels=labels, average="macro",
+                        zero_division=0)
+
+    order = sorted(range(len(golds)), key=lambda i: ref[i].id)  # paired by claim id
+    a, b = [ref[i] for i in order], [other[i] for i in order]
+    assert out["reference"] == pytest.approx(f1(a)) and out["other"] == pytest.approx(f1(b))
+    idx = np.random.default_rng(4).integers(0, len(a), size=(200, len(a)))
+    diffs = np.array([f1([a[i] for i in row]) - f1([b[i] for i in row]) for row in idx])
+    lo, hi = np.percentile(diffs, [2.5, 97.5])
+    assert (out["mean"], out["lo"], out["hi"]) == pytest.approx((diffs.mean(), lo, hi))

@@ -70,6 +70,7 @@ def project(evidence_workdir: Path) -> Path:
     params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
     params["agent"]["llm"] = "openai:fake"
     params["reward"]["judge"] = None
+    params["evaluate"]["eqs_judge"] = None  # EQS by the (absent) training judge
     params["evaluate"].update(systems=SYSTEMS, datasets=list(CLAIMS), bootstrap=50, limit=None)
     params["orchestrate"].update(shards=3, dask_workers=2, dask_address=None)
     (evidence_workdir / "params.yaml").write_text(yaml.safe_dump(params))
@@ -245,7 +246,7 @@ def test_a_worker_outside_the_project_is_a_clear_error(project):
 def prefect_harness():
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=300):
         yield
 
 

@@ -171,6 +171,27 @@ def test_tables_and_plots_cover_every_system_and_dataset(gallery):
            f'{m["ci"]["accuracy"]["hi"]:.3f}]</span>' in index  # compare.py's {"lo", "hi"} intervals
 
 
+def test_every_interval_has_its_n_and_every_dataset_says_what_it_can_mean(tmp_path):
+    metrics = _metrics()
+    about = {"scifact": {"role": "selection claims", "evidence_corpus": "local index of the SciFact corpus",
+                         "caveat": "selection claims: these claims chose the checkpoint", "eqs_judge": "j1",
+                         "reward_judge": "j1", "eqs_by_training_judge": True},
+             "healthfc": {"role": "held-out test", "evidence_corpus": "local index of the SciFact corpus",
+                          "caveat": "evidence corpus does not contain this dataset's sources", "eqs_judge": "j2",
+                          "reward_judge": "j1", "eqs_by_training_judge": False}}
+    for by_dataset in metrics.values():
+        for d, m in by_dataset.items():
+            m["about"] = about[d]
+    index = write_gallery(tmp_path / "g", _predictions(), _episode, metrics, PAIRED).read_text()
+    m = metrics["eg_grpo"]["scifact"]
+    assert f'{m["accuracy"]:.3f} <span class="ci">[{m["ci"]["accuracy"]["lo"]:.3f}, ' \
+           f'{m["ci"]["accuracy"]["hi"]:.3f}]</span> <span class="ci">n=4</span>' in index
+    notes = re.search(r'<ul id="notes">(.*?)</ul>', index).group(1)
+    assert "evidence corpus does not contain this dataset&#x27;s sources" in notes
+    assert "selection claims" in notes and "EQS scored by the training judge (j1)" in notes
+    assert "EQS scored by j2, not the training judge j1" in notes
+
+
 def test_a_failing_writer_leaves_the_old_gallery(tmp_path, gallery):
     before = {p: p.read_text() for p in [gallery, *_claim_pages(gallery)]}
     calls = []

@@ -248,8 +248,9 @@ def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(sea
     b, _ = agent_system(search_cfg, turns=[search("aspirin[ti]"), {"content": "REFUTED"}], name="pmsearch",
                         label_only=True)
     data = {"scifact": claims(4), "healthfc": claims(5, "healthfc", "Coffee prevents dementia, claim")}
+    about = {"scifact": {"role": "held-out test"}, "healthfc": {"caveat": "no sources"}}
     out = stage.evaluate(cfg, {"eg_grpo": a, "pmsearch": b}, data, make_scorer(HalfJudge()), progress=False,
-                         profile="quickstart")
+                         profile="quickstart", about=about)
     metrics = json.loads(cfg.metrics_path.read_text())
     assert metrics == out["metrics"] and set(metrics) == {"eg_grpo", "pmsearch"}
     for s in metrics:
@@ -257,7 +258,7 @@ def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(sea
             preds = [Prediction.model_validate(r) for r in lines(predictions_path(cfg.out_dir, s, d))]
             assert [p.id for p in preds] == [c.id for c in data[d][:3]]  # the limit: the first 3
             assert metrics[s][d]["accuracy"] == sum(p.pred == p.gold for p in preds) / 3
-            assert metrics[s][d] == json.loads(json.dumps(compare.system_metrics(preds, 50, 0)))
+            assert metrics[s][d] == json.loads(json.dumps({**compare.system_metrics(preds, 50, 0), "about": about[d]}))
     assert metrics["eg_grpo"]["scifact"]["eqs"] == 0.75 and metrics["pmsearch"]["scifact"]["eqs"] is None
     paired = json.loads(cfg.paired_path.read_text())
     assert set(paired) == {"scifact", "healthfc"} and set(paired["scifact"]) == {"pmsearch"}
@@ -344,3 +345,47 @@ def test_an_unexpected_error_stops_the_run_and_keeps_the_finished_traces(search_
     assert buggy.runs <= 4  # claims 0, c/1, 2 and at most the one already started: the rest are cancelled
     assert not predictions_path(tmp_path, "eg_grpo", "scifact").exists()
     assert len(list(trace_dir(tmp_path, "eg_grpo", inner.fingerprint(), "scifact").glob("*.json"))) == buggy.runs - 1
+
+
+class OtherJudge(HalfJudge):
+    """A second judge that grades the same pairs lower (the EQS judge that did not train the policy)."""
+
+    spec, prompt_hash = "other", "o"
+
+    def fingerprint(self):
+        return "other"
+
+    def score(self, pairs):
+        return [{"SUPPORTED": 0.25, "REFUTED": 0.5, "NEI": 0.25} for _ in pairs]
+
+
+def test_scorer_reports_citations_both_judges_and_gold_rationales(search_cfg, evidence, tmp_path):
+    from biocheck.data.schema import GoldEvidence
+    from biocheck.evaluate.rationale import CorpusSentences
+
+    cfg, _ = evidence
+    corpus = CorpusSentences.from_jsonl(cfg.corpus)
+    cs = claims(2)
+    cs[0] = cs[0].model_copy(update={"evidence": [GoldEvidence(doc_id="101", sentences=[0], label=Label.SUPPORTED)]})
+    silent = [search("vitamin D AND fracture*"), {"content": REPORT.split("## Supporting")[0] + "## Conclusion\nREFUTED"}]
+    scorer = make_scorer(OtherJudge(), reward_judge=HalfJudge(), corpus=corpus)
+    citing, _ = agent_system(search_cfg)
+    p = run_system(citing, cs, "scifact", tmp_path / "a", progress=False, scorer=scorer)
+    # REPORT cites paper 101 with its sentence 0, filed as supporting: the gold rationale of claim 0 exactly.
+    assert (p[0].cited, p[0].hallucinated, p[0].ehr) == (1, 0, 0.0)
+    assert (p[0].eqs, p[0].eqs_supporting, p[0].eqs_refuting, p[0].eqs_reward_judge) == (0.25, 0.25, None, 0.75)
+    assert p[0].rationale.sentence_label == 1 and p[0].rationale.abstract_rationalized == 1
+    assert p[1].rationale.sentence_relevant == 0 and p[1].rationale.sentence_retrieved == 1  # cited, no gold
+    quiet, _ = agent_system(search_cfg, turns=silent)
+    q = run_system(quiet, cs, "scifact", tmp_path / "b", progress=False, scorer=scorer)
+    assert (q[0].cited, q[0].ehr, q[0].eqs) == (0, None, None)  # silence: no EHR of 0, nothing to grade
+    assert q[0].rationale.sentence_retrieved == 0 and q[0].rationale.sentence_relevant == 1
+    same = make_scorer(HalfJudge(), reward_judge=None)
+    assert run_system(citing, cs, "scifact", tmp_path / "c", progress=False, scorer=same)[0].eqs_reward_judge is None
+    healthfc = run_system(citing, claims(1, "healthfc"), "healthfc", tmp_path / "d", progress=False, scorer=scorer)
+    assert healthfc[0].rationale is None  # no gold rationales there
+    # A report that cites a grounded quote but has no conclusion: unparseable, so a failure, not EHR 0.
+    broken, _ = agent_system(search_cfg, turns=[search("vitamin D AND fracture*"),
+                                                {"content": REPORT.split("## Conclusion")[0]}])
+    b = run_system(broken, cs, "scifact", tmp_path / "e", progress=False, scorer=scorer)
+    assert (b[0].parseable, b[0].cited, b[0].hallucinated, b[0].ehr) == (False, 1, 0, None)

@@ -53,6 +53,7 @@ def test_a_killed_evaluation_resumes_without_duplicates(evidence_workdir):
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["agent"]["llm"] = "scripted:slow"
     params["reward"]["judge"] = None
+    params["evaluate"]["eqs_judge"] = None  # EQS by the (absent) training judge
     params["evaluate"]["limit"] = None  # every claim
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     traces = project / "eval" / "traces" / "no_retrieval"

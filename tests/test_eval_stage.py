@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from biocheck import pipeline
 from biocheck.cli import app
+from biocheck.io import InputError
 from tests.builders import write_test_splits
 
 runner = CliRunner()
@@ -28,6 +29,7 @@ def project(evidence_workdir: Path) -> Path:
     params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
     params["agent"]["llm"] = "scripted:script.json"
     params["reward"]["judge"] = None
+    params["evaluate"]["eqs_judge"] = None  # EQS by the (absent) training judge
     (evidence_workdir / "params.yaml").write_text(yaml.safe_dump(params))
     return evidence_workdir
 
@@ -114,3 +116,72 @@ def test_model_chooses_what_eg_grpo_runs_and_a_bad_alias_is_one_line(project):
     r = runner.invoke(app, [*args, "--model", "championn"])
     assert r.exit_code == 1 and "championn" in r.output and "champion, challenger, base" in r.output
     assert "Traceback" not in r.output
+
+
+def test_baselines_can_run_the_sft_start_and_a_missing_one_names_its_stage(project):
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["agent"]["llm"] = "transformers:models/base"
+    params["evaluate"]["baseline_model"] = "sft"
+    models = pipeline.eval_models(params)
+    assert {models[s] for s in ("no_retrieval", "pmsearch", "cer", "fire")} == {"transformers:models/sft"}
+    assert models["base"] == "transformers:models/base"  # the untrained agent stays the base model
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    r = runner.invoke(app, ["evaluate", "--systems", "cer", "--no-progress"])
+    assert r.exit_code == 1 and "no model in models/sft" in r.output and "dvc repro sft" in r.output
+    params["evaluate"]["baseline_model"] = {"no_retrieval": "sft"}  # per baseline; the others: the base model
+    models = pipeline.eval_models(params)
+    assert models["no_retrieval"] == "transformers:models/sft" and models["cer"] == "transformers:models/base"
+    for bad in ({"no_retrieval": "large"}, {"eg_grpo": "sft"}, "tiny"):
+        params["evaluate"]["baseline_model"] = bad
+        with pytest.raises(InputError, match="baseline_model"):
+            pipeline.evaluate_config(params)
+
+
+def test_every_metrics_row_says_what_its_numbers_can_mean(project):
+    r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo,no_retrieval", "--out", "adhoc", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    metrics = json.loads((project / "adhoc" / "eval.json").read_text())
+    sci, hfc = metrics["eg_grpo"]["scifact"]["about"], metrics["no_retrieval"]["healthfc"]["about"]
+    assert sci["role"] == "held-out test" and sci["held_out"] is True
+    assert sci["eqs_by_training_judge"] is False and sci["eqs_judge"] is None  # no judge at all here
+    assert hfc["corpus_has_sources"] is False and "SciFact corpus" in hfc["evidence_corpus"]
+    assert "healthfc: searched in: local index of the SciFact corpus" in r.output  # the printout says it too
+    assert "evidence corpus does not contain this dataset's sources" in r.output
+
+
+def test_dataset_about_marks_a_corpus_without_the_sources_and_the_selection_claims():
+    from biocheck.evaluate.config import dataset_about
+
+    hfc = dataset_about("healthfc", "local index of the SciFact corpus", "scifact")
+    assert hfc["corpus_has_sources"] is False
+    assert hfc["caveat"] == "evidence corpus does not contain this dataset's sources"
+    val = dataset_about("scifact_val", "local index of the SciFact corpus", "scifact")
+    assert val["role"] == "selection claims" and val["held_out"] is False and "chose the checkpoint" in val["caveat"]
+    assert dataset_about("scifact", "x", "scifact")["corpus_has_sources"] is True
+    assert dataset_about("healthfc", "live PubMed", "pubmed")["corpus_has_sources"] is None
+
+
+def test_eqs_by_the_training_judge_is_said_and_a_missing_judge_names_its_stage(project, monkeypatch):
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["reward"]["judge"] = "transformers:models/judge"
+    params["evaluate"]["eqs_judge"] = "transformers:models/judge_eqs"
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo", "--no-progress"])
+    assert r.exit_code == 1 and "reward.judge: no judge in models/judge; run `dvc repro judge` first" in r.output
+    (project / "models" / "judge").mkdir(parents=True)
+    r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo", "--no-progress"])
+    assert r.exit_code == 1 and "evaluate.eqs_judge: no judge in models/judge_eqs" in r.output
+    assert "dvc repro judge_eqs" in r.output and "Traceback" not in r.output
+    built = []
+    monkeypatch.setattr(pipeline, "make_judge", lambda cfg: built.append(cfg.spec) or object())
+    p = pipeline.params_of(project / "params.yaml")
+    (project / "models" / "judge_eqs").mkdir()
+    _, about = pipeline.eval_scorer(p, pipeline.evaluate_config(p, datasets=["scifact"]))
+    assert built == ["transformers:models/judge", "transformers:models/judge_eqs"]
+    assert about["scifact"]["eqs_judge"] == "transformers:models/judge_eqs"
+    assert about["scifact"]["eqs_by_training_judge"] is False
+    params["evaluate"]["eqs_judge"] = None  # EQS by the training judge: built once, and said
+    built.clear()
+    p = pipeline.params_of(params)
+    _, about = pipeline.eval_scorer(p, pipeline.evaluate_config(p, datasets=["scifact"]))
+    assert built == ["transformers:models/judge"] and about["scifact"]["eqs_by_training_judge"] is True

@@ -132,14 +132,21 @@ def _b(gold, conclusion, s=(), hallucinated=(), judge=True, total=0.0) -> Reward
 def test_evidence_metrics_hand_computed():
     bs = [_b(S, S, s=[0.8, 0.4], hallucinated=[False, False]),  # eqs 0.6, ehr 0
           _b(R, R, s=[0.9, 0.0, 0.0], hallucinated=[False, True, True]),  # eqs 0.3, ehr 2/3
-          _b(N, None)]  # nothing cited: eqs undefined (skipped), ehr 0
+          _b(N, None)]  # nothing cited: eqs and ehr undefined (skipped), the citing rate shows it
     m = evidence_metrics(bs)
     assert m["eqs"] == pytest.approx((0.6 + 0.3) / 2)
     assert m["eqs_micro"] == pytest.approx((0.8 + 0.4 + 0.9) / 5)
-    assert m["ehr"] == pytest.approx((0 + 2 / 3 + 0) / 3)
+    assert m["ehr"] == pytest.approx((0 + 2 / 3) / 2)  # over the citing reports: silence earns no 0
     assert m["ehr_micro"] == pytest.approx(2 / 5)
+    assert m["citing_rate"] == pytest.approx(2 / 3)
     assert (m["reports"], m["reports_citing"], m["cited_per_report"]) == (3, 2, pytest.approx(5 / 3))
-    assert evidence_metrics([])["eqs"] == 0.0
+    assert evidence_metrics([])["eqs"] is None and evidence_metrics([])["ehr"] is None
+    silent = evidence_metrics([_b(S, None), _b(R, None)])
+    assert silent["ehr"] is None and silent["ehr_micro"] is None and silent["citing_rate"] == 0.0
+    # An unparseable report (no conclusion) that cites only grounded items: a failure, never an EHR of 0;
+    # a broken one that invents is still seen by the micro-EHR.
+    broken = evidence_metrics([_b(S, None, s=[0.7], hallucinated=[False]), _b(R, None, s=[0.0], hallucinated=[True])])
+    assert broken["ehr"] is None and broken["parse_rate"] == 0.0 and broken["ehr_micro"] == 0.5
 
 
 def test_aggregate_is_small_json_of_finite_numbers():

@@ -110,6 +110,7 @@ def _project(root: Path) -> str:
     params["evidence"].update(index_dir=str(evidence.index_dir), store=str(evidence.store))
     params["agent"]["llm"] = "scripted:supports.json"
     params["reward"]["judge"] = None
+    params["evaluate"]["eqs_judge"] = None  # EQS by the (absent) training judge
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     write_test_splits(root, CLAIMS)
     (root / "supports.json").write_text(json.dumps([{"content": REPORT}]))

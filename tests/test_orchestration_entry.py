@@ -128,7 +128,7 @@ def test_secrets_never_reach_the_run_logs_prefect_keeps(monkeypatch):
             run = await client.read_flow_run(run_id)
         return [log.message for log in found] + [run.state.message or ""]
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=300):
         state = leaky(return_state=True)
         assert state.is_failed()
         from prefect.logging.handlers import APILogHandler

@@ -48,7 +48,8 @@ def build_all(params: dict[str, Any]) -> dict[str, Any]:
     built = {"fetch": pl.fetch_config(p), "data": pl.prepare_config(p), "validate": pl.validate_config(p),
              "evidence": pl.evidence_config(p), "search": pl.search_config(p), "model": pl.model_config(p),
              "agent": pl.agent_config(p), "reward": reward, "reward_judge": judge, "judge": pl.judge_config(p),
-             "train": pl.train_config(p),
+             "judge_eqs": pl.judge_config(p, eqs=True) if (p.get("judge") or {}).get("eqs") else None,
+             "audit": pl.audit_config(p), "train": pl.train_config(p),
              "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p),
              "orchestrate": pl.orchestrate_config(p), "tracking": pl.tracking_config(p)}
     return _plain(built)
@@ -126,6 +127,7 @@ ACCEPTED = {
     "search": "biocheck.pubmed.search:SearchConfig", "model": "biocheck.models.stage:ModelConfig",
     "agent": "biocheck.agent.episode:AgentConfig", "reward": "biocheck.rewards.components:RewardConfig",
     "judge": "biocheck.rewards.judge_train.train:JudgeTrainConfig", "train": "biocheck.train.grpo:TrainConfig", "select": "biocheck.train.select:SelectConfig",
+    "audit": "biocheck.evaluate.audit:AuditConfig",
     "evaluate": "biocheck.evaluate.config:EvaluateConfig",
     "orchestrate": "biocheck.orchestration.config:OrchestrateConfig",
     "tracking": "biocheck.tracking:TrackingConfig",

@@ -115,8 +115,10 @@ def _covers(declared: list[str], path: Path | str) -> bool:
 
 # The params.yaml sections each stage's command reads (biocheck.pipeline builds its Config from them).
 SECTIONS = {"fetch": ["fetch"], "prepare": ["data"], "validate": ["validate"], "evidence": ["evidence"],
-            "model": ["model"], "judge": ["judge"],
-            "sft": ["train.sft", "train.seed", "train.search_backend", "search"], "train": ["train", "reward", "agent", "search"], "select": ["select"],
+            "model": ["model"], "judge": ["judge"], "judge_eqs": ["judge"],
+            "audit": ["audit", "reward", "agent", "search", "train.num_generations", "train.temperature", "train.sft"],
+            "sft": ["train.sft", "train.seed", "train.search_backend", "search"], "train": ["train", "reward", "agent.max_searches", "agent.max_refusals", "agent.abstract_chars", "search"],
+            "select": ["select"],
             "evaluate": ["evaluate", "agent", "search", "reward"]}
 VARIANTS = ("eg_grpo", "outcome_only")
 
@@ -137,9 +139,15 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
     judge = c.judge_config(params)
     io["judge"] = ([judge.base, prep.out_dir / "full" / "scifact.jsonl", prep.out_dir / "corpus.jsonl"],
                    [judge.out_dir, judge.metrics_path])
+    eqs = c.judge_config(params, eqs=True)  # the second judge, which scores EQS
+    io["judge_eqs"] = ([eqs.base, prep.out_dir / "full" / "scifact.jsonl", prep.out_dir / "corpus.jsonl"],
+                       [eqs.out_dir, eqs.metrics_path])
     reward_judge = c.reward_config(params)[1].spec.partition(":")[2]  # the judge the reward asks
     sft_dir = c.train_setup(params).train.sft["out_dir"]  # shared: both variants start from it
     io["sft"] = ([model.out_dir, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"], [sft_dir])
+    audit = c.audit_config(params)
+    io["audit"] = ([model.out_dir, sft_dir, reward_judge, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl",
+                    prep.out_dir / "corpus.jsonl"], [audit.out_dir, audit.metrics_path])
     for v in VARIANTS:  # one training run and one selection per reward variant (DVC foreach)
         train, sel = c.train_setup(params, variant=v).train, c.select_config(params, variant=v)
         assert train.sft["out_dir"] == sft_dir
@@ -147,7 +155,8 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
                             [train.out_dir, train.metrics_path])
         io[f"select@{v}"] = ([sel.checkpoints], [sel.out_dir, sel.metrics_path, sel.curve_path])
     ev_cfg, models = c.evaluate_config(params), c.eval_models(params)
-    io["evaluate"] = ([spec.partition(":")[2] for spec in set(models.values())] + [reward_judge, ev.index_dir]
+    eqs_judge = (ev_cfg.eqs_judge or "").partition(":")[2]
+    io["evaluate"] = ([spec.partition(":")[2] for spec in set(models.values())] + [reward_judge, eqs_judge, ev.index_dir]
                       + [prep.out_dir / f"{split}.jsonl" for split in ("scifact/test", "healthfc/test")],
                       [ev_cfg.out_dir, ev_cfg.report_dir, ev_cfg.metrics_path, ev_cfg.paired_path])
     return io

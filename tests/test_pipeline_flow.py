@@ -171,7 +171,8 @@ def test_metric_rows_one_per_system_and_dataset_with_intervals():
         return [Prediction(id=f"c{i}", dataset=dataset, system=system, fingerprint="f", gold=g,
                            pred=g if i < right else Label.REFUTED if g != Label.REFUTED else Label.SUPPORTED,
                            writes_report=report, parseable=report or None, eqs=0.6 if report else None,
-                           ehr=0.25 * i if report else None)
+                           ehr=0.25 * i if report else None, cited=4 if report else None,
+                           hallucinated=i if report else None)
                 for i, g in enumerate(gold)]
 
     metrics = {s: {d: system_metrics(preds(s, d, s == "eg_grpo", 3 if d == "scifact" else 2), 200, 0)
@@ -188,9 +189,12 @@ def test_metric_rows_one_per_system_and_dataset_with_intervals():
     eg, cer = rows[0], rows[2]
     assert eg["accuracy"] == 0.75 and rows[1]["accuracy"] == 0.5
     assert eg["eqs"] == 0.6 and eg["ehr"] == pytest.approx(0.375)
+    assert eg["ehr_micro"] == pytest.approx(6 / 16) and eg["ehr_n"] == 4 and eg["citing_rate"] == 1.0
     assert cer["eqs"] is None and cer["ehr"] is None and cer["eqs_lo"] is None  # no reports, no evidence scores
-    assert set(eg) == {"system", "dataset", "n", *(f"{m}{x}" for m in ("accuracy", "macro_f1", "eqs", "ehr")
-                                                    for x in ("", "_lo", "_hi"))}
+    shown = ("accuracy", "macro_f1", "citing_rate", "ehr", "ehr_micro", "eqs", "rationale_f1")
+    counted = ("citing_rate", "ehr", "ehr_micro", "eqs", "rationale_f1")  # their n: what each counts
+    assert set(eg) == {"system", "dataset", "n", *(f"{m}{x}" for m in shown for x in ("", "_lo", "_hi")),
+                       *(f"{m}_n" for m in counted)}
 
 
 def test_validation_markdown_carries_the_summary_biocheck_prints():

@@ -32,7 +32,7 @@ MORE = ["aspirin cancer", "vitamin influenza", "oxygen", "diabetes"]  # nine que
 def prefect_harness():
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=300):
         yield
 
 

@@ -23,11 +23,19 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COM
            "GIT_COMMITTER_EMAIL": "t@example.org"}
 
 
+ABOUT = {"role": "held-out test", "evidence_corpus": "local index of the SciFact corpus", "caveat": None,
+         "eqs_judge": "transformers:models/judge", "reward_judge": "transformers:models/judge",
+         "eqs_by_training_judge": True}
+
+
 def metrics(accuracy: float, macro_f1: float, eqs: float | None, ehr: float | None, n: int = 8) -> dict:
     """The headline keys of compare.system_metrics, plus nested ones as the stage writes them."""
+    report = eqs is not None
     return {"n": n, "accuracy": accuracy, "macro_precision": 0.5, "macro_recall": 0.5, "macro_f1": macro_f1,
-            "ci": {"accuracy": {"lo": accuracy - 0.1, "hi": accuracy + 0.1}}, "writes_report": eqs is not None,
-            "eqs": eqs, "eqs_n": None if eqs is None else n, "ehr": ehr, "ehr_n": None if ehr is None else n}
+            "ci": {"accuracy": {"lo": accuracy - 0.1, "hi": accuracy + 0.1}}, "writes_report": report,
+            "citing_rate": 0.5 if report else None, "ehr_micro": ehr, "rationale_f1": 0.2 if report else None,
+            "eqs": eqs, "eqs_n": None if eqs is None else n, "ehr": ehr, "ehr_n": None if ehr is None else n,
+            "about": ABOUT}
 
 
 BASE = {
@@ -44,10 +52,10 @@ HEAD = {
 
 def paired(diff: float, p: float) -> dict:
     stat = {"reference": 0.625, "other": 0.625 - diff, "diff": diff, "mean": diff, "lo": diff - 0.25,
-            "hi": diff + 0.25, "p": p}
+            "hi": diff + 0.25, "p": p, "mdd": 0.4}
     return {"reference": "eg_grpo", "n": 8, "only_reference": 0, "only_other": 0, "accuracy": stat,
-            "macro_f1": {**stat, "diff": -0.05, "lo": -0.3, "hi": 0.2, "p": 0.8},
-            "mcnemar": {"b": 4, "c": 1, "p": 0.375}}
+            "macro_f1": {**stat, "diff": -0.05, "lo": -0.3, "hi": 0.2, "p": 0.8, "mdd": None},
+            "ehr": {**stat, "diff": None}, "mcnemar": {"b": 4, "c": 1, "p": 0.375}}
 
 
 PAIRED = {"scifact": {"no_retrieval": paired(0.375, 0.012), "fire": paired(0.5, 0.0004)}}
@@ -90,12 +98,16 @@ def repo(tmp_path, monkeypatch) -> Path:
 
 
 def table_rows(md: str) -> dict[tuple[str, str], list[str]]:
-    """The metric table: {(system, dataset): [n, accuracy, macro-F1, EQS, EHR, vs base]}."""
+    """The metric table: {(system, dataset): [n, accuracy, macro-F1, EQS, EHR, vs base]} (the columns this test
+    reads, picked by header; citing rate must sit beside EHR so that abstention is visible)."""
     section = md.split("### Metrics per system and dataset", 1)[1].split("###", 1)[0]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ")]
-    assert rows[0][:2] == ["system", "dataset"] and rows[0][2:] == ["n", "accuracy", "macro-F1", "EQS", "EHR",
-                                                                     "vs base"], rows[0]
-    return {(r[0], r[1]): r[2:] for r in rows[1:]}
+    header = rows[0]
+    assert header[:2] == ["system", "dataset"] and header[-1] == "vs base", header
+    assert {"citing rate", "micro-EHR", "rationale F1"} <= set(header)
+    assert header.index("citing rate") + 1 == header.index("EHR (citing)")
+    cols = [header.index(h) for h in ("n", "accuracy", "macro-F1", "EQS", "EHR (citing)", "vs base")]
+    return {(r[0], r[1]): [r[i] for i in cols] for r in rows[1:]}
 
 
 def test_the_comment_compares_the_pull_request_with_the_base(repo, tmp_path):
@@ -123,11 +135,15 @@ def test_the_comment_compares_the_pull_request_with_the_base(repo, tmp_path):
     assert rows[("cer", "scifact")][1] == "~~0.375~~" and rows[("cer", "scifact")][-1] == "removed"
 
     paired_section = md.split("### Paired tests", 1)[1].split("###", 1)[0]
-    fire = next(line for line in paired_section.splitlines() if "eg_grpo vs fire" in line)
-    cells = [c.strip() for c in fire.strip("|").split("|")]
-    assert cells[:5] == ["scifact", "eg_grpo vs fire", "8", "+0.500 [0.250, 0.750]", "**<0.001**"]
-    assert cells[5:] == ["−0.050 [−0.300, 0.200]", "0.800", "4 / 1", "0.375"]
-    assert "| scifact | eg_grpo vs no_retrieval | 8 | +0.375 [0.125, 0.625] | **0.012** |" in paired_section
+    fire = [[c.strip() for c in line.strip("|").split("|")] for line in paired_section.splitlines()
+            if "eg_grpo vs fire" in line]
+    assert fire[0] == ["scifact", "eg_grpo vs fire", "8", "accuracy", "+0.500 [0.250, 0.750]", "**<0.001**", "0.400"]
+    assert fire[1] == ["scifact", "eg_grpo vs fire", "8", "macro-F1", "−0.050 [−0.300, 0.200]", "0.800", "n/a"]
+    assert fire[2] == ["scifact", "eg_grpo vs fire", "8", "McNemar b / c", "4 / 1", "0.375", ""]
+    assert len(fire) == 3  # EHR has no difference to show (a label-only system): no row
+    assert "| scifact | eg_grpo vs no_retrieval | 8 | accuracy | +0.375 [0.125, 0.625] | **0.012** |" in paired_section
+    notes = md.split("### What the numbers can mean", 1)[1].split("###", 1)[0]
+    assert "searched in: local index of the SciFact corpus" in notes and "EQS scored by the training judge" in notes
 
     stages = md.split("### Stages that were out of date", 1)[1].split("<details>", 1)[0]
     assert "- **evaluate**: deps: `params.yaml`: `evaluate` (modified), `src/biocheck/evaluate` (modified); " \

@@ -23,10 +23,10 @@ from biocheck.pipeline import train_setup
 from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.rewards.components import EpisodeView, RewardConfig, score_many
 from biocheck.train.env import SearchEnv, env_class
-from biocheck.train.grpo import TrainConfig, latest_checkpoint, prepare_out_dir
+from biocheck.train.grpo import TrainConfig, latest_checkpoint, prepare_out_dir, previous_dir
 from biocheck.train.reward_funcs import COMPONENTS, RewardBank
 from biocheck.train.select import SelectConfig, checkpoint_table, choose, select
-from biocheck.train.stage import run_key
+from biocheck.train.stage import TRAINING_AGENT_FIELDS, run_key
 from tests.conftest import REPO
 from tests.test_agent import REPORT
 
@@ -92,6 +92,25 @@ def test_checkpoints_of_another_run_are_not_resumed(tmp_path):
     _checkpoint_dirs(out, [5])
     assert prepare_out_dir(out, "key-a") == out / "checkpoint-5"  # same run: resume
     assert prepare_out_dir(out, "key-b") is None and not (out / "checkpoint-5").exists()  # new run: fresh
+    kept = previous_dir(out) / "key-a"  # ... and the replaced run is still on disk, beside the output
+    assert (kept / "checkpoint-5" / "trainer_state.json").is_file()
+    assert json.loads((kept / "run_key.json").read_text()) == {"key": "key-a"}
+
+
+def test_only_the_latest_replaced_run_is_kept_and_an_empty_one_is_not(tmp_path, caplog):
+    out = tmp_path / "models" / "checkpoints"
+    prepare_out_dir(out, "key-a")
+    _checkpoint_dirs(out, [2])
+    prepare_out_dir(out, "key-b")
+    _checkpoint_dirs(out, [4])
+    with caplog.at_level("WARNING"):
+        prepare_out_dir(out, "key-c")
+    assert previous_dir(out) == tmp_path / "models" / ".previous" / "checkpoints"
+    assert sorted(p.name for p in previous_dir(out).iterdir()) == ["key-b"]
+    assert (previous_dir(out) / "key-b" / "checkpoint-4").is_dir()
+    assert str(previous_dir(out) / "key-b") in caplog.text  # one line says where
+    prepare_out_dir(out, "key-d")  # key-c never saved a checkpoint: nothing worth keeping
+    assert sorted(p.name for p in previous_dir(out).iterdir()) == ["key-b"]
 
 
 def test_latest_checkpoint_is_the_highest_step_not_the_last_name(tmp_path):
@@ -159,6 +178,27 @@ def test_a_changed_reward_starts_afresh_and_an_unchanged_one_resumes(tmp_path):
     assert prepare_out_dir(out, _key(_params())) == out / "checkpoint-10"  # rebuilt from the same params: resume
     assert prepare_out_dir(out, _key(_params(beta2=2.0))) is None  # another reward: another experiment
     assert sorted(p.name for p in out.iterdir()) == ["run_key.json"]
+    assert (previous_dir(out) / _key(_params()) / "checkpoint-10").is_dir()  # the old run: moved, not deleted
+
+
+def test_run_key_ignores_the_agent_settings_training_never_reads():
+    base = _key(_params())
+    for name, value in (("workers", 7), ("temperature", 0.9), ("top_p", 0.5), ("seed", 99),
+                        ("max_new_tokens", 17), ("llm", "openai:gpt-x")):
+        params = _params()
+        assert params["agent"][name] != value
+        params["agent"][name] = value
+        assert _key(params) == base, name
+    for name in TRAINING_AGENT_FIELDS:  # and changes with each one it does read
+        params = _params()
+        params["agent"][name] = params["agent"][name] + 1
+        assert _key(params) != base, name
+
+
+def test_dvc_train_stage_lists_exactly_the_agent_settings_training_reads():
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["train"]["do"]
+    agent = sorted(p for p in stage["params"] if isinstance(p, str) and p.startswith("agent"))
+    assert agent == sorted(f"agent.{f}" for f in TRAINING_AGENT_FIELDS)
 
 
 def test_each_checkpoint_needs_a_validation_reward():
@@ -762,8 +802,9 @@ def project(tmp_path, raw_dir, tiny_model):
     params["evidence"].update(index_dir=str(tmp_path / "index"), store=str(tmp_path / "ev.sqlite"))
     params["model"]["out_dir"] = str(tiny_model)
     params["reward"].update(judge=f"transformers:{tiny_model}", judge_cache=str(tmp_path / "judge.sqlite"))
-    params["train"].update(out_dir=str(tmp_path / "ckpt"), max_steps=4, save_steps=1, eval_steps=1,
-                           num_generations=2, per_device_train_batch_size=2, num_generations_eval=2,
+    # metrics_path in the project: a test that trains in this process must never write the repo's metrics/
+    params["train"].update(out_dir=str(tmp_path / "ckpt"), metrics_path=str(tmp_path / "metrics" / "train.json"),
+                           max_steps=4, save_steps=1, eval_steps=1, num_generations=2, per_device_train_batch_size=2, num_generations_eval=2,
                            per_device_eval_batch_size=4,  # 2 validation claims x 2 per batch
                            max_completion_length=256, sft={"enabled": True, "epochs": 1})
     params["agent"].update(max_searches=1, max_new_tokens=64)

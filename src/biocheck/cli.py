@@ -345,6 +345,9 @@ def judge_train(
     out_dir: Annotated[Path | None, typer.Option(help="Output [default: judge.out_dir, models/judge].")] = None,
     zero_shot: Annotated[bool | None, typer.Option(
         "--zero-shot/--no-zero-shot", help="Also measure the untrained backbone [default: judge.zero_shot].")] = None,
+    eqs: Annotated[bool, typer.Option(
+        "--eqs", help="Train the second judge instead (judge.eqs: the keys it changes, e.g. its seed and folder): "
+                      "it scores EQS at evaluation and never trains the policy.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Train the evidence judge (models/judge) and measure it (metrics/judge.json).
@@ -360,10 +363,12 @@ def judge_train(
     pairs (all, or a seeded judge.eval_max_pairs): accuracy, macro-F1, recall per label, calibration,
     beside the majority class.
     judge.train false measures the backbone zero-shot instead (the paper's judge) and trains nothing.
+    --eqs trains the EQS judge (judge.eqs) into its own folder: a judge the policy never trained on, so
+    that EQS at evaluation is not graded by the judge it learned to please.
     """
     from biocheck.pipeline import judge_stage
 
-    stats = _run(judge_stage, params, base=base, out_dir=out_dir, zero_shot=zero_shot, progress=progress)
+    stats = _run(judge_stage, params, eqs=eqs, base=base, out_dir=out_dir, zero_shot=zero_shot, progress=progress)
     t = stats["test"]
     typer.echo(f"judge: test accuracy {t['accuracy']:.3f}, macro-F1 {t['macro_f1']:.3f} "
                f"(majority {t['majority_accuracy']:.3f}, n={t['n']}), s > threshold on {t['above_threshold']:.0%}")
@@ -558,7 +563,8 @@ def score(
     for name in ("outcome", "search", "evidence", "hallucination"):
         typer.echo(f"  R_{name:<14}{getattr(b, name):.4f}")
     typer.echo(f"  {'total':<16}{b.total:.4f}")
-    typer.echo(f"  EHR {b.ehr:.4f}  EQS {'-' if b.eqs is None else f'{b.eqs:.4f}'}  cited {b.n_cited}  "
+    # EHR of a report that cites nothing is undefined (the reward's R_hallucination above is 0 for it)
+    typer.echo(f"  EHR {f'{b.ehr:.4f}' if b.n_cited else '-'}  EQS {'-' if b.eqs is None else f'{b.eqs:.4f}'}  cited {b.n_cited}  "
                f"hallucinated {b.n_hallucinated}  searches {b.n_searches} (advanced {b.n_advanced})")
     for e in b.entries:
         typer.echo(f"  - {e.model_dump()}")
@@ -655,6 +661,9 @@ def evaluate(
         help="The model the eg_grpo system runs: champion (the selected EG-GRPO checkpoint), challenger (the "
              "selected outcome-only one), base, a model folder, or a backend spec such as openai:NAME "
              "[default: champion]. Use with --out to keep the pipeline's results.")] = None,
+    eqs_judge: Annotated[str | None, typer.Option(
+        "--eqs-judge", help="The judge that scores EQS, a spec such as transformers:models/judge_eqs "
+                            "[default: evaluate.eqs_judge, else reward.judge].")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Evaluate BioCheck against its baselines on SciFact and HealthFC.
@@ -664,9 +673,14 @@ def evaluate(
     cer (BM25 retrieve-then-verify), fire (iterative search and verify); see docs/evaluation.md. Each
     episode is cached per (system fingerprint, claim), so a rerun computes only what is missing.
     Writes eval/predictions/<system>/<dataset>.jsonl, metrics/eval.json (accuracy, macro P/R/F1,
-    intervals, EQS, EHR, ...), metrics/eval_paired.json (eg_grpo against each system: paired bootstrap,
-    McNemar), plot data, the gallery reports/eval/index.html, and one MLflow run per system and dataset
-    (experiment biocheck-eval).
+    parse / citing / grounded rates, EHR over citing reports, micro-EHR, EQS per side, SciFact rationale
+    scores, each with its interval and n), metrics/eval_paired.json (eg_grpo against each system, paired by
+    claim: bootstrap differences with p and the minimum detectable difference, McNemar), plot data, the
+    gallery reports/eval/index.html, and one MLflow run per system and dataset (experiment biocheck-eval).
+
+    Examples:
+      biocheck evaluate --systems eg_grpo,outcome_only --datasets scifact --limit 50 --out runs/cmp
+      biocheck evaluate --eqs-judge transformers:models/judge_eqs --out runs/second-judge
     """
     from biocheck.pipeline import evaluate_stage
 
@@ -674,16 +688,54 @@ def evaluate(
         return [x.strip() for x in text.split(",") if x.strip()] if text is not None else None
 
     result = _run(evaluate_stage, params, progress=progress and sys.stderr.isatty(), out=out, model=model,
-                  systems=names(systems), datasets=names(datasets), limit=limit, workers=workers)
-    for system, by_dataset in result["metrics"].items():
-        for dataset, m in by_dataset.items():
-            acc, f1 = m.get("accuracy"), m.get("macro_f1")
-            err.print(f"{system:>13} {dataset:<9} accuracy {acc if acc is None else f'{acc:.3f}'}  "
-                      f"macro-F1 {f1 if f1 is None else f'{f1:.3f}'}  n {m.get('n')}", markup=False, highlight=False)
+                  systems=names(systems), datasets=names(datasets), limit=limit, workers=workers, eqs_judge=eqs_judge)
+    from biocheck.evaluate.headline import summary_lines
+
+    for line in summary_lines(result["metrics"], result["paired"]):
+        err.print(line, markup=False, highlight=False)
     for step, why in result.get("skipped", {}).items():
         err.print(f"warning: {step} skipped: {why}", markup=False, highlight=False)
     if result.get("gallery"):
         err.print(f"gallery: {result['gallery']}", markup=False, highlight=False)
+
+
+# --- the reward audit ------------------------------------------------------------------------------
+
+reward_app = typer.Typer(help="EG-GRPO's reward: check that its terms can reach the gradient before training.",
+                         no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(reward_app, name="reward")
+
+
+@reward_app.command("audit")
+def reward_audit(
+    params: ParamsOpt = Path("params.yaml"),
+    claims: Annotated[int | None, typer.Option(help="Training claims to audit, half per label [default: audit.claims].")] = None,
+    judge: Annotated[str | None, typer.Option(
+        help="Score with this judge instead of reward.judge (a spec such as transformers:models/judge_eqs); "
+             "the sampled episodes are cached, so comparing judges generates nothing twice.")] = None,
+    metrics_path: Annotated[Path | None, typer.Option(
+        "--out", help="Where the audit's JSON goes [default: audit.metrics_path, metrics/reward_audit.json].")] = None,
+    workers: Annotated[int | None, typer.Option(help="Episodes in flight [default: audit.workers].")] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Will EG-GRPO's reward terms reach the gradient? Sample the training group size of episodes
+    (train.num_generations, at train.temperature) per training claim from the start policy (the SFT warm
+    start, else the base model), score them with the training reward and judge, and report by gold label
+    the share of groups in which R_outcome, R_search, R_evidence and R_hallucination vary (GRPO learns only
+    from those), the judge's credit for a gold paper filed on the right vs the wrong side, and the
+    R_evidence distribution. Warns in one line when R_evidence varies in fewer than audit.min_signal of
+    either label's groups. Writes metrics/reward_audit.json and an MLflow run `reward audit`.
+
+    Examples:
+      biocheck reward audit                       # the profile's audit (DVC stage `audit`)
+      biocheck reward audit --judge transformers:models/judge_eqs --out /tmp/audit_other_judge.json
+    """
+    from biocheck.evaluate.audit import summary_line
+    from biocheck.pipeline import audit_stage
+
+    result = _run(audit_stage, params, judge=judge, claims=claims, metrics_path=metrics_path, workers=workers,
+                  progress=progress and sys.stderr.isatty())
+    err.print(summary_line(result), markup=False, highlight=False)
 
 
 # --- reports -------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ Sections and who reads them:
   evidence -> EvidenceConfig    search -> SearchConfig        model -> ModelConfig
   agent -> AgentConfig          reward -> RewardConfig + JudgeConfig
   judge -> JudgeTrainConfig (the judge stage: trains the judge reward.judge names)
+  audit -> AuditConfig (the reward-signal audit, before training)
   train -> TrainConfig          select -> SelectConfig        profile: the profile's name
   tracking -> tracking.TrackingConfig (MLflow experiment names; read by every stage, a param of none)
 A section or key that nothing reads is an error, so a typo never silently does nothing.
@@ -17,6 +18,7 @@ A section or key that nothing reads is an error, so a typo never silently does n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ from biocheck.params import DEFAULT_PARAMS, Params, load_params, plain, raw_sect
 log = logging.getLogger(__name__)
 
 SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "judge",
-            "train", "select", "evaluate", "orchestrate", "tracking")
+            "audit", "train", "select", "evaluate", "orchestrate", "tracking")
 
 
 def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -165,15 +167,31 @@ def reward_config(params: dict[str, Any], judge: str | None = None, **overrides:
     return cfg, judge_cfg
 
 
-def judge_config(params: dict[str, Any], **overrides: Any):
-    """The judge stage's config: its backbone defaults to model.out_dir, its data is data.out_dir (one key)."""
+def judge_config(params: dict[str, Any], eqs: bool = False, **overrides: Any):
+    """The judge stage's config: its backbone defaults to model.out_dir, its data is data.out_dir (one key).
+    `eqs`: the second judge (judge.eqs: the keys it changes), trained the same way into its own folder; it
+    scores EQS at evaluation (evaluate.eqs_judge) and never trains the policy."""
     from biocheck.rewards.judge_train.train import JudgeTrainConfig
 
     values = _default(params, "judge", "base", raw_section(params, "model").get("out_dir"))
     values = _shared(params, "judge", "prepared_dir", "data.out_dir", values)
+    if eqs:
+        changes = values.get("eqs")
+        if not isinstance(changes, dict) or not changes.get("out_dir"):
+            raise InputError(f"{source(params)}: judge.eqs must give at least out_dir (the second judge's folder, "
+                             "e.g. {out_dir: models/judge_eqs, seed: 1}) to train the EQS judge.")
+        known = {f.name for f in dataclasses.fields(JudgeTrainConfig)} - {"eqs", "prepared_dir", "progress"}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise InputError(f"{source(params)}: unknown key(s) {', '.join(f'judge.eqs.{k}' for k in unknown)}; "
+                             f"judge.eqs accepts {sorted(known)}.")
+        if Path(changes["out_dir"]) == Path(values.get("out_dir") or "models/judge"):
+            raise InputError(f"{source(params)}: judge.eqs.out_dir is the training judge's folder; give the "
+                             "EQS judge its own (e.g. models/judge_eqs).")
+        values = {**values, "metrics_path": "metrics/judge_eqs.json", **changes, "eqs": None, "train": True}
     cfg = section(params, "judge", JudgeTrainConfig, values=values, **overrides)
     spec = raw_section(params, "reward").get("judge")
-    if not cfg.train and spec and _names_dir(spec, cfg.out_dir):
+    if not eqs and not cfg.train and spec and _names_dir(spec, cfg.out_dir):
         raise InputError(f"{source(params)}: reward.judge is {spec} but judge.train is false, so {cfg.out_dir} holds "
                          f"no model; set reward.judge: transformers:{cfg.base} (the base as judge) or judge.train: true.")
     return cfg
@@ -314,8 +332,6 @@ class TrainSetup:
 def train_setup(params: dict[str, Any], variant: str | None = None, **overrides: Any) -> TrainSetup:
     """Everything one training run needs. `variant` trains another reward variant than reward.variant with
     everything else identical (the outcome-only comparison) into `_<variant>` paths."""
-    import dataclasses
-
     p = params_of(params)
     train_cfg = train_config(p, **overrides)
     reward_cfg, judge_cfg = reward_config(p)
@@ -389,16 +405,18 @@ def model_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **override
     return stats
 
 
-def judge_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
-    """Train the evidence judge (or measure the base zero-shot, judge.train false); metrics/judge.json, MLflow."""
+def judge_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, eqs: bool = False, **overrides: Any) -> dict:
+    """Train the evidence judge (or measure the base zero-shot, judge.train false); metrics/judge.json, MLflow.
+    `eqs`: the second judge instead (judge.eqs), which scores EQS; metrics/judge_eqs.json."""
     from biocheck.rewards.judge.align_judge import judge_fingerprint
     from biocheck.rewards.judge_train.train import metrics_of, train_judge
 
     p = params_of(params)
-    cfg, track = judge_config(p, **overrides), tracked(p)
+    cfg, track = judge_config(p, eqs=eqs, **overrides), tracked(p)
     stats = train_judge(cfg)
     trained = cfg.train and (cfg.out_dir / "config.json").is_file()
-    with track, tracking.run("judge", run_name="judge train" if cfg.train else "judge zero-shot",
+    name = "judge train" if cfg.train else "judge zero-shot"
+    with track, tracking.run("judge", run_name=f"{name} (EQS judge)" if eqs else name,
                              params={"profile": p.get("profile"), "judge": plain(cfg)},
                              tags={"model_fingerprint": judge_fingerprint(cfg.out_dir) if trained else None}):
         tracking.log_metrics(metrics_of(stats), prefix="judge")
@@ -470,7 +488,7 @@ def eval_models(params: dict[str, Any]) -> dict[str, str]:
     (openai:...) has no checkpoints: every system then runs agent.llm, unless agent.llm names the base
     model's folder (`openai:models/base`): a server that loads models by path (`transformers serve` without
     a forced model; vLLM serving several) is then asked for each agent's own checkpoint."""
-    from biocheck.evaluate.config import SYSTEMS
+    from biocheck.evaluate.config import BASELINES, SYSTEMS
 
     llm = agent_config(params).llm
     kind, _, ref = llm.partition(":")
@@ -482,11 +500,20 @@ def eval_models(params: dict[str, Any]) -> dict[str, str]:
     if local:
         models["eg_grpo"] = f"{kind}:{select_config(params).out_dir}"
         models["outcome_only"] = f"{kind}:{select_config(params, variant='outcome_only').out_dir}"
+        chosen = evaluate_config(params)
+        for name in BASELINES:  # a baseline on the SFT start both GRPO runs share, where the profile says so
+            if chosen.model_of(name) == "sft":
+                models[name] = f"{kind}:{sft_dir(params)}"
     return models
 
 
+def sft_dir(params: dict[str, Any]) -> Path:
+    """The SFT warm start (train.sft.out_dir)."""
+    return Path((raw_section(params, "train").get("sft") or {}).get("out_dir") or "models/sft")
+
+
 MAKE_MODEL = {"base": "dvc repro model", "eg_grpo": "dvc repro select@eg_grpo",
-              "outcome_only": "dvc repro train@outcome_only select@outcome_only"}
+              "outcome_only": "dvc repro train@outcome_only select@outcome_only", "sft": "dvc repro sft"}
 
 
 def _check_model(system: str, spec: str) -> None:
@@ -534,7 +561,7 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
                    model: str | None = None, **overrides: Any) -> EvalSetup:
     """evaluate_stage's inputs; `model` (eval_model) replaces the eg_grpo system's model (None: the champion)."""
     from biocheck.data.prepare import load_split
-    from biocheck.evaluate.config import DATASETS
+    from biocheck.evaluate.config import BASELINES, DATASETS
     from biocheck.evaluate.systems import make_system
 
     p = params_of(params)
@@ -546,6 +573,7 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
     agent_cfg, search_cfg = agent_config(p), search_config(p)
     models = eval_models(p)
     maker = {name: name for name in cfg.systems}  # whose `dvc repro` command makes the model a system runs
+    maker.update({name: "sft" for name in maker if name in BASELINES and cfg.model_of(name) == "sft"})
     if model is not None:
         models["eg_grpo"] = eval_model(p, model)
         maker["eg_grpo"] = MODEL_ALIASES.get(model, "")  # a folder or spec the user named: nothing to suggest
@@ -568,19 +596,129 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
     """Every system in evaluate.systems on every dataset in evaluate.datasets; `out` puts every output of an
     ad-hoc run (outside DVC) under one folder instead of eval/, metrics/ and reports/; `model` (eval_model)
     is the model the eg_grpo system runs (None: the champion)."""
-    from biocheck.evaluate.harness import make_scorer
     from biocheck.evaluate.stage import evaluate
 
     p = params_of(params)
     aliases = {system: alias for alias, system in MODEL_ALIASES.items() if alias != "base"}
     track = tracked(p, registered_model=select_config(p).registered_model, aliases=aliases)
     setup = evaluate_setup(p, out=out, model=model, **overrides)
-    reward_cfg, judge_cfg = reward_config(p)
-    scorer = make_scorer(make_judge(judge_cfg), reward_cfg)
+    scorer, about = eval_scorer(p, setup.cfg)
     # MLflow (evaluate/compare.log_mlflow): a run `evaluate` with one child per (system, dataset) in the eval
     # experiment; the metrics go onto the registered versions the champion/challenger systems ran.
     with track:
-        return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress, profile=p.get("profile"))
+        return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress, profile=p.get("profile"),
+                        about=about)
+
+
+def eval_scorer(params: dict[str, Any], cfg: Any):
+    """(scorer, about): the evaluation's report scorer (EQS by evaluate.eqs_judge, else reward.judge, and by
+    the training judge too when they differ; SciFact rationales from the prepared corpus) and, per dataset,
+    what its numbers can mean (held out or selection claims, the corpus searched, which judge scored EQS)."""
+    from biocheck.evaluate.config import dataset_about
+    from biocheck.evaluate.harness import make_scorer
+    from biocheck.evaluate.rationale import CorpusSentences
+
+    reward_cfg, judge_cfg = reward_config(params)
+    eqs_spec = cfg.eqs_judge or judge_cfg.spec
+    same = eqs_spec == judge_cfg.spec
+    judge_section = raw_section(params, "judge")
+    _check_judge(judge_cfg.spec, judge_section.get("out_dir") or "models/judge", "reward.judge", "judge")
+    if not same:
+        _check_judge(eqs_spec, (judge_section.get("eqs") or {}).get("out_dir"), "evaluate.eqs_judge", "judge_eqs",
+                     " (or set evaluate.eqs_judge: null to score EQS with the training judge, said in every output)")
+    reward_judge = make_judge(judge_cfg)
+    eqs_judge = reward_judge if same else make_judge(dataclasses.replace(judge_cfg, spec=eqs_spec))
+    corpus_file = prepared_dir(params) / "corpus.jsonl"
+    corpus = CorpusSentences.from_jsonl(corpus_file) if corpus_file.is_file() else None
+    scorer = make_scorer(eqs_judge, reward_cfg, reward_judge=reward_judge, corpus=corpus)
+    desc, kind = eval_corpus(params)
+    judge_note = {"eqs_judge": eqs_spec, "reward_judge": judge_cfg.spec,
+                  "eqs_by_training_judge": bool(same and eqs_spec)}
+    return scorer, {d: {**dataset_about(d, desc, kind), **judge_note} for d in cfg.datasets}
+
+
+def _check_judge(spec: str | None, stage_dir: str | None, key: str, stage: str, alternative: str = "") -> None:
+    """A judge that a DVC stage trains into `stage_dir` must be there before a long evaluation starts."""
+    kind, _, ref = str(spec or "").partition(":")
+    if kind == "transformers" and stage_dir and Path(ref) == Path(stage_dir) and not Path(ref).is_dir():
+        raise InputError(f"{key}: no judge in {ref}; run `dvc repro {stage}` first{alternative}.")
+
+
+def eval_corpus(params: dict[str, Any]) -> tuple[str, str]:
+    """(description, kind) of the corpus the evaluated systems search: kind "scifact" (the local index of the
+    prepared SciFact corpus only), "mixed" (a local index with more in it), "pubmed" (live or replayed)."""
+    search, evidence = search_config(params), evidence_config(params)
+    if search.backend != "local":
+        where = "live PubMed (E-utilities)" if search.backend == "entrez" else "PubMed answers recorded in the store"
+        return f"{where}, {evidence.store}", "pubmed"
+    default = evidence.corpus is not None and Path(evidence.corpus) == prepared_dir(params) / "corpus.jsonl"
+    if default and not evidence.baseline:
+        return f"local index of the SciFact corpus ({evidence.corpus})", "scifact"
+    parts = [str(evidence.corpus)] if evidence.corpus is not None else []
+    parts += [f"PubMed files {', '.join(map(str, evidence.baseline))}"] if evidence.baseline else []
+    return f"local index of {' + '.join(parts)}", "mixed"
+
+
+def audit_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.evaluate.audit import AuditConfig
+
+    return section(params, "audit", AuditConfig, **overrides)
+
+
+def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str | None = None,
+                **overrides: Any):
+    """The reward audit's inputs: the start policy (the SFT warm start when train.sft is on, else the base
+    model) as the agent, one system per episode of a group (train.num_generations, seeds audit.seed + k) at
+    train.temperature; the audited training claims; the training reward and judge (`judge` replaces
+    reward.judge: compare judges on the same cached episodes); the claims' gold evidence papers."""
+    from biocheck.data.prepare import load_split
+    from biocheck.evaluate.audit import AuditSetup, pick_claims
+    from biocheck.evaluate.systems import make_system
+    from biocheck.pubmed.corpus import articles_from_corpus
+
+    p = params_of(params)
+    cfg = audit_config(p, **overrides)
+    train_cfg, agent_cfg = train_config(p), agent_config(p)
+    reward_cfg, judge_cfg = reward_config(p, judge=judge)
+    sft_on = (train_cfg.sft or {}).get("enabled", True)
+    start = sft_dir(p) if sft_on else Path(model_config(p).out_dir)
+    if not (start / "config.json").is_file():
+        raise InputError(f"reward audit: no start model in {start}; run `{'dvc repro sft' if sft_on else 'dvc repro model'}` first.")
+    kind = agent_cfg.llm.partition(":")[0]
+    llm = f"{kind if kind in ('transformers', 'vllm') else 'transformers'}:{start}"
+    search_cfg = search_config(p, backend=train_cfg.search_backend)
+    samples = []
+    for k in range(train_cfg.num_generations):
+        sample_cfg = dataclasses.replace(agent_cfg, temperature=train_cfg.temperature, seed=cfg.seed + k)
+        system = make_system("eg_grpo", llm=llm, agent_cfg=sample_cfg, search_cfg=search_cfg)
+        system.name = f"sample{k}"  # its own trace folder: audit/traces/sample<k>/<fingerprint>/scifact
+        samples.append(system)
+    train = load_split("scifact", "train", prepared_dir(p))
+    claims = pick_claims(train, cfg.claims, cfg.seed)
+    wanted = {e.doc_id for c in train for e in c.evidence}
+    corpus = prepared_dir(p) / "corpus.jsonl"
+    papers = {a.pmid: a for a in articles_from_corpus(corpus) if a.pmid in wanted} if corpus.is_file() else {}
+    about = {"start": llm, "judge": judge_cfg.spec, "group_size": train_cfg.num_generations,
+             "temperature": train_cfg.temperature, "threshold": reward_cfg.threshold, "search": search_cfg.backend,
+             "claims": cfg.claims, "seed": cfg.seed}
+    return AuditSetup(cfg=cfg, samples=samples, claims=claims, reward=reward_cfg, judge=make_judge(judge_cfg),
+                      papers=papers, about=about, gold_claims=train)
+
+
+def audit_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str | None = None, **overrides: Any) -> dict:
+    """`biocheck reward audit`: metrics/reward_audit.json (and MLflow, experiment `train`, run `reward audit`)."""
+    from biocheck.evaluate.audit import audit
+
+    p = params_of(params)
+    setup, track = audit_setup(p, judge=judge, **overrides), tracked(p)
+    result = audit(setup)
+    with track, tracking.run("audit", run_name="reward audit",
+                             params={"profile": p.get("profile"), "audit": plain(setup.cfg), **setup.about},
+                             tags={"warnings": str(len(result["warnings"]))}):
+        tracking.log_metrics({k: result[k] for k in ("groups_varying", "judge_credit", "evidence", "means")},
+                             prefix="audit")
+        tracking.log_artifacts(setup.cfg.metrics_path)
+    return result
 
 
 def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | str | None = None,
@@ -606,7 +744,7 @@ def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | 
 
 
 __all__ = ["DEFAULT_PARAMS", "JudgeConfig", "Params", "SECTIONS", "TrainSetup", "agent", "agent_config",
-           "EvalSetup", "MODEL_ALIASES", "eval_model", "eval_models", "evaluate_config", "evaluate_setup", "evaluate_shard", "evaluate_stage", "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
+           "EvalSetup", "MODEL_ALIASES", "audit_config", "audit_setup", "audit_stage", "eval_model", "eval_models", "evaluate_config", "evaluate_setup", "evaluate_shard", "evaluate_stage", "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
            "make_judge", "make_prompts", "make_search_tool", "model_config", "model_stage", "orchestrate_config", "params_of",
            "prepare_config", "prepare_stage", "prepared_dir", "refresh_config", "refresh_stage", "reward_config", "search_config", "select_config",
            "select_stage", "tracked", "tracking_config", "train_config", "train_setup", "train_stage", "validate_config",

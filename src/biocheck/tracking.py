@@ -47,7 +47,7 @@ PURPOSES = ("data", "train", "eval")
 EXPERIMENTS = {"data": "biocheck-data", "train": "biocheck-train", "eval": "biocheck-eval"}  # the defaults
 # Which experiment a stage logs into (a stage name before any `@key` of a DVC foreach).
 STAGES = {"prepare": "data", "validate": "data", "evidence": "data", "evidence-refresh": "data", "model": "data",
-          "judge": "train", "train": "train", "select": "train", "evaluate": "eval", "check": "eval"}
+          "judge": "train", "audit": "train", "train": "train", "select": "train", "evaluate": "eval", "check": "eval"}
 PIPELINE_ENV = "BIOCHECK_PIPELINE_ID"  # set by the Prefect pipeline flow; else the ancestor `dvc` process
 PROBE_TIMEOUT_S = 5  # one short look at an HTTP tracking server before any MLflow call
 # MLflow's own HTTP retries would take minutes against a server that is down mid-run (a user's setting wins).

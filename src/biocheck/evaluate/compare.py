@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from biocheck import tracking
+from biocheck.evaluate import ratios
 from biocheck.evaluate.config import DATASETS, REFERENCE
 from biocheck.evaluate.metrics import (  # _encode/_scores: the paired bootstrap scores resamples the same way
     LABEL_SETS,
@@ -29,17 +30,24 @@ from biocheck.evaluate.metrics import (  # _encode/_scores: the paired bootstrap
     _encode,
     _scores,
     bootstrap_ci,
-    bootstrap_mean_ci,
     classification_metrics,
+    proportion_ci,
 )
+from biocheck.evaluate.rationale import LEVELS as RATIONALE_LEVELS
+from biocheck.evaluate.rationale import rationale_scores, sentence_f1
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import write_text_atomic
+from biocheck.labels import Label
 from biocheck.params import plain
 
 log = logging.getLogger(__name__)
 
 SCORES = ("accuracy", "macro_precision", "macro_recall", "macro_f1")
-PAIRED = ("accuracy", "macro_f1")  # the differences the paired bootstrap tests
+# The report metrics (evaluate/ratios.py: ratios of per-claim sums), in the order tables show them.
+REPORT = ("parse_rate", "citing_rate", "grounded_rate", "ehr", "ehr_micro", "eqs", "eqs_supporting", "eqs_refuting",
+          "rationale_f1")
+# The differences the paired tests report: every headline metric (macro-F1 over the dataset's headline labels).
+PAIRED = ("accuracy", "macro_f1", "grounded_rate", "citing_rate", "ehr", "ehr_micro", "eqs", "rationale_f1")
 
 
 # --- per system -------------------------------------------------------------------------------------
@@ -65,12 +73,25 @@ def _check_one(preds: Sequence[Prediction]) -> None:
                          "(rerun the evaluation to rebuild the predictions file)")
 
 
+def headline_labels(golds: Sequence[Label | str]) -> str:
+    """The label set a dataset's headline scores use: 3-way only where NEI is among the gold labels. On an
+    S/R-only set (SciFact val) a 3-way macro-F1 averages in an NEI class with no support and is capped at 2/3."""
+    return "3way" if any(_name(g) == Label.NEI.value for g in golds) else "2way"
+
+
+def _name(x: Label | str | None) -> str | None:
+    return x.value if isinstance(x, Label) else x
+
+
 def _classification(gold: list[str], pred: list[str | None], label_set: str, n_resamples: int,
                     seed: int) -> dict[str, Any]:
-    """classification_metrics + bootstrap_ci, with every key present (None when there is no claim)."""
+    """classification_metrics + intervals, with every key present (None when there is no claim): accuracy
+    (a proportion of claims) exact binomial, the macro scores a percentile bootstrap over claims."""
     labels = LABEL_SETS[label_set]
     m = classification_metrics(gold, pred, labels)
     ci = bootstrap_ci(gold, pred, labels, n_resamples, seed)
+    right = sum(g == p for g, p in zip(gold, pred, strict=True))
+    ci["accuracy"] = proportion_ci(right, len(gold))
     empty = {"precision": None, "recall": None, "f1": None, "support": 0}
     return {
         "n": len(gold),
@@ -82,30 +103,39 @@ def _classification(gold: list[str], pred: list[str | None], label_set: str, n_r
 
 
 def system_metrics(preds: Sequence[Prediction], n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Metrics of one system on one dataset. Top level: the 3-way scores (S/R/NEI), per-label scores,
-    confusion matrix and `ci`; `2way`: the same on the claims with S/R gold; evidence (EQS, EHR, parseable
-    share) for report-writing systems, else None; cost (searches, tokens, seconds) per claim."""
+    """Metrics of one system on one dataset (docs/evaluation.md).
+
+    Top level: `label_set` (the headline labels: 3-way where NEI gold exists, else 2-way) and its accuracy,
+    macro P/R/F1 and `ci`; `confusion`: the 3-way matrix (+ OTHER); `2way` and `3way`: both
+    label sets in full. Report metrics (None for a system that writes no report): parse, citing and grounded
+    rates, EHR over citing reports and micro-EHR over items, EQS overall and per side, the rationale F1 and
+    SciFact's four evidence scores (`rationale`); each with `<metric>_n` (what its denominator counts) and its
+    interval in `ci`. Cost (searches, tokens, seconds) per claim."""
     preds = list(preds)
     _check_one(preds)
     gold = [p.gold.value for p in preds]
     pred = [_label(p) for p in preds]
-    out = _classification(gold, pred, "3way", n_resamples, seed)
+    label_set = headline_labels(gold)
+    three = _classification(gold, pred, "3way", n_resamples, seed)
     two = [i for i, g in enumerate(gold) if g in LABEL_SETS["2way"]]
-    out["2way"] = _classification([gold[i] for i in two], [pred[i] for i in two], "2way", n_resamples, seed)
+    two = _classification([gold[i] for i in two], [pred[i] for i in two], "2way", n_resamples, seed)
+    head = three if label_set == "3way" else two
+    # Per-label scores live in `2way` / `3way` only: at the top they would change keys with the label set.
+    out: dict[str, Any] = {"n": len(preds), "label_set": label_set, **{k: head[k] for k in SCORES},
+                           "confusion": three["confusion"], "ci": dict(head["ci"]), "2way": two, "3way": three}
 
-    # Evidence: EQS averages the reports that cite something (the harness leaves eqs None otherwise), EHR all
-    # scored reports (0 for one citing nothing), as docs/rewards.md defines them.
     reports = any(p.writes_report for p in preds)
-    eqs = [p.eqs for p in preds if p.eqs is not None] if reports else []
-    ehr = [p.ehr for p in preds if p.ehr is not None] if reports else []
-    out.update(
-        writes_report=reports,
-        eqs=_mean(eqs), eqs_n=len(eqs) if reports else None,
-        ehr=_mean(ehr), ehr_n=len(ehr) if reports else None,
-        parseable=(sum(bool(p.parseable) for p in preds) / len(preds)) if reports and preds else None,
-    )
-    out["ci"]["eqs"] = _interval(bootstrap_mean_ci(eqs, n_resamples, seed))
-    out["ci"]["ehr"] = _interval(bootstrap_mean_ci(ehr, n_resamples, seed))
+    out["writes_report"] = reports
+    idx = ratios.resamples(len(preds), n_resamples, seed)  # the same draws as the classification bootstrap
+    for metric in REPORT:
+        r = ratios.summary(metric, preds, idx)
+        out[metric], out[f"{metric}_n"] = r["value"], r["n"]
+        out["ci"][metric] = {"lo": r["lo"], "hi": r["hi"]}
+    judged = [p.eqs_reward_judge for p in preds if p.eqs_reward_judge is not None]
+    out["eqs_reward_judge"] = _mean(judged) if reports else None
+    counts = [p.rationale for p in preds if p.rationale is not None]
+    out["rationale"] = rationale_scores(counts) if reports and counts else {
+        name: {"precision": None, "recall": None, "f1": None} for name in RATIONALE_LEVELS}
     seconds = [p.seconds for p in preds]
     out.update(
         errors=sum(p.error is not None for p in preds),
@@ -120,27 +150,26 @@ def system_metrics(preds: Sequence[Prediction], n_resamples: int = 1000, seed: i
 # --- paired tests -----------------------------------------------------------------------------------
 
 def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: 2 * P(X <= min(b, c)) for X ~ Binomial(b + c, 1/2), capped at 1."""
-    n = b + c
-    if n == 0:
+    """Two-sided exact McNemar p-value: the binomial test of b successes in b + c trials at p = 1/2 (1 for none)."""
+    if b + c == 0:
         return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1))
-    return min(1.0, 2 * tail / 2**n)  # int / int: exact big-integer division, correctly rounded
+    from scipy.stats import binomtest
+
+    return float(binomtest(b, b + c, 0.5).pvalue)
 
 
-def _resampled(g: np.ndarray, p: np.ndarray, k: int, idx: np.ndarray) -> dict[str, np.ndarray]:
-    """Accuracy and macro-F1 of each resample (rows of idx), through metrics.py's own scoring."""
+def _resampled(g: np.ndarray, p: np.ndarray, k: int, idx: np.ndarray) -> np.ndarray:
+    """Macro-F1 of each resample (rows of idx), through metrics.py's own scoring."""
     r = idx.shape[0]
     cells = g[idx] * (k + 1) + p[idx] + np.arange(r)[:, None] * (k * (k + 1))
     cm = np.bincount(cells.ravel(), minlength=r * k * (k + 1)).reshape(r, k, k + 1)
-    s = _scores(cm)
-    return {"accuracy": s["accuracy"], "macro_f1": s["f1"].mean(-1)}
+    return _scores(cm)["f1"].mean(-1)
 
 
 def _empty_pair(reference: str) -> dict[str, Any]:
-    stat = {"reference": None, "other": None, "diff": None, "mean": None, "lo": None, "hi": None, "p": None}
     return {"reference": reference, "n": 0, "only_reference": 0, "only_other": 0,
-            **{m: dict(stat) for m in PAIRED}, "mcnemar": {"b": 0, "c": 0, "p": None}}
+            **{m: ratios.paired_stat(math.nan, math.nan, None, None) for m in PAIRED},
+            "mcnemar": {"b": 0, "c": 0, "p": None}}
 
 
 def _label(p: Prediction) -> str | None:
@@ -155,64 +184,64 @@ def _by_id(preds: Sequence[Prediction], name: str) -> dict[str, Prediction]:
 
 
 def paired_tests(by_system: Mapping[str, Sequence[Prediction]], reference: str = REFERENCE,
-                 n_resamples: int = 1000, seed: int = 0, label_set: str = "3way") -> dict[str, dict[str, Any]]:
-    """For every system but `reference`, on the claims both answered (by id): the paired bootstrap of the
-    accuracy and macro-F1 differences (reference minus other: observed diff, bootstrap mean, 95% interval,
-    two-sided p = twice the share of resamples on the other side of 0, ties included, capped at 1) and
-    McNemar's exact test (b: reference right and other wrong, c: the reverse)."""
+                 n_resamples: int = 1000, seed: int = 0, label_set: str | None = None) -> dict[str, dict[str, Any]]:
+    """For every system but `reference`, on the claims both answered, paired by claim id: for each metric in
+    PAIRED the difference reference minus other (observed `diff`, bootstrap `mean`, 95% `lo`/`hi`, two-sided
+    `p`, `mdd`: the minimum detectable difference at this n), from one seeded resampling of the claims that
+    both systems share; and McNemar's exact test for accuracy (b: reference right and other wrong, c: the
+    reverse). Macro-F1 is over `label_set` (default: the headline labels of these claims' gold)."""
     if reference not in by_system:
         raise ValueError(f"paired tests: no predictions for the reference system {reference!r} (have: "
                          f"{', '.join(by_system) or 'none'}); evaluate it too, or choose another reference")
     datasets = {p.dataset for preds in by_system.values() for p in preds}
     if len(datasets) > 1:
         raise ValueError(f"paired tests: predictions from several datasets {sorted(datasets)}; pass one at a time")
-    labels = LABEL_SETS[label_set]
     ref = _by_id(by_system[reference], reference)
     out: dict[str, dict[str, Any]] = {}
     for name, preds in by_system.items():
         if name == reference:
             continue
         other = _by_id(preds, name)
-        ids = [i for i in ref if i in other]
+        ids = sorted(i for i in ref if i in other)  # claim-id order: neither system's file order matters
         res = _empty_pair(reference)
         res.update(n=len(ids), only_reference=len(ref) - len(ids), only_other=len(other) - len(ids))
         for i in ids:
             if ref[i].gold != other[i].gold:
                 raise ValueError(f"paired tests: claim {i!r} has gold {ref[i].gold.value} under {reference} but "
                                  f"{other[i].gold.value} under {name}; both must be evaluated on the same data")
-        ids = [i for i in ids if ref[i].gold.value in labels]
         out[name] = res
         if not ids:
             continue
-        gold = [ref[i].gold.value for i in ids]
-        g, pa = _encode(gold, [_label(ref[i]) for i in ids], labels)
-        _, pb = _encode(gold, [_label(other[i]) for i in ids], labels)
-        # McNemar on the discordant claims (an answer outside the label set is wrong, as everywhere).
-        right_a, right_b = pa == g, pb == g
-        b, c = int(np.sum(right_a & ~right_b)), int(np.sum(~right_a & right_b))
-        res["mcnemar"] = {"b": b, "c": c, "p": mcnemar_exact(b, c)}
-        k, n = len(labels), len(ids)
-        whole = np.arange(n)[None, :]
-        obs_a, obs_b = _resampled(g, pa, k, whole), _resampled(g, pb, k, whole)
-        boot = None
-        if n_resamples >= 1:
-            # The same resampled claims for both systems: that pairing is what makes the test paired.
-            idx = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
-            ra, rb = _resampled(g, pa, k, idx), _resampled(g, pb, k, idx)
-            boot = {m: ra[m] - rb[m] for m in PAIRED}
+        a, b = [ref[i] for i in ids], [other[i] for i in ids]
+        gold = [p.gold.value for p in a]
+        labels_name = label_set or headline_labels(gold)
+        idx = ratios.resamples(len(ids), n_resamples, seed)
         for m in PAIRED:
-            diff = float(obs_a[m][0] - obs_b[m][0])
-            stat = {"reference": float(obs_a[m][0]), "other": float(obs_b[m][0]), "diff": diff}
-            if boot is not None:
-                d = boot[m]
-                lo, hi = np.percentile(d, [2.5, 97.5])
-                beyond = np.mean(d <= 0) if diff > 0 else np.mean(d >= 0) if diff < 0 else 1.0
-                stat.update(mean=float(d.mean()), lo=float(lo), hi=float(hi), p=float(min(1.0, 2 * beyond)))
-            res[m].update(stat)
+            if m != "macro_f1":
+                res[m] = ratios.paired_ratio(m, a, b, idx)
+        # McNemar on the discordant claims (an answer outside the label set is wrong, as everywhere).
+        right_a = np.array([p.pred == p.gold for p in a])
+        right_b = np.array([p.pred == p.gold for p in b])
+        bb, cc = int(np.sum(right_a & ~right_b)), int(np.sum(~right_a & right_b))
+        res["mcnemar"] = {"b": bb, "c": cc, "p": mcnemar_exact(bb, cc)}
+        # Macro-F1 over the label set (the claims whose gold is in it), resampled with the same claims.
+        labels = LABEL_SETS[labels_name]
+        keep = np.array([g in labels for g in gold])
+        if keep.any():
+            kept = [i for i, k in enumerate(keep) if k]
+            g, pa = _encode([gold[i] for i in kept], [_label(a[i]) for i in kept], labels)
+            _, pb = _encode([gold[i] for i in kept], [_label(b[i]) for i in kept], labels)
+            k, whole = len(labels), np.arange(len(kept))[None, :]
+            sub = None if idx is None else ratios.resamples(len(kept), n_resamples, seed)
+            res["macro_f1"] = ratios.paired_stat(
+                float(_resampled(g, pa, k, whole)[0]), float(_resampled(g, pb, k, whole)[0]),
+                None if sub is None else _resampled(g, pa, k, sub), None if sub is None else _resampled(g, pb, k, sub))
     return out
 
 
 # --- DVC plots --------------------------------------------------------------------------------------
+
+PLOTTED = ("accuracy", "macro_f1")  # the bar charts of scores.csv (dvc.yaml's plots)
 
 def plot_data(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], out_dir: Path) -> list[Path]:
     """DVC plot files from {system: {dataset: system_metrics(...)}}: `confusion/<dataset>/<system>.csv`
@@ -229,8 +258,8 @@ def plot_data(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], out_dir: P
             written.append(_write_csv(path, ["actual", "predicted"], lines))
             ci = m["ci"]
             rows.append([f"{system} / {dataset}", system, dataset,
-                         *(v for s in PAIRED for v in (m[s], ci[s]["lo"], ci[s]["hi"]))])
-    header = ["name", "system", "dataset", *(f"{s}{x}" for s in PAIRED for x in ("", "_lo", "_hi"))]
+                         *(v for s in PLOTTED for v in (m[s], ci[s]["lo"], ci[s]["hi"]))])
+    header = ["name", "system", "dataset", *(f"{s}{x}" for s in PLOTTED for x in ("", "_lo", "_hi"))]
     written.append(_write_csv(out_dir / "scores.csv", header, rows))
     return written
 
@@ -254,8 +283,10 @@ def _numbers(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def _row(p: Prediction) -> dict[str, Any]:
     return {"id": p.id, "gold": p.gold.value, "pred": _label(p),
-            "correct": p.pred == p.gold, "parseable": p.parseable, "eqs": p.eqs, "ehr": p.ehr,
+            "correct": p.pred == p.gold, "parseable": p.parseable, "cited": p.cited, "hallucinated": p.hallucinated,
+            "eqs": p.eqs, "ehr": p.ehr, "rationale_f1": sentence_f1(p.rationale),
             "searches": p.searches, "tokens": p.tokens, "seconds": p.seconds, "error": p.error, "trace": p.trace}
+
 
 
 def _params(config: Any) -> dict[str, Any]:
@@ -305,13 +336,16 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                     "writes_report": str(bool(m.get("writes_report"))).lower(),
                     "model_fingerprint": extra.get("model_fingerprint", "unknown"),
                     "prompt_hash": extra.get("prompt_hash", "unknown"),
-                    "system_fingerprint": preds[0].fingerprint if preds else "unknown"}
+                    "system_fingerprint": preds[0].fingerprint if preds else "unknown",
+                    # what the numbers can mean (held out, corpus searched, EQS judge): tags, not metrics
+                    **{f"about.{k}": str(v) for k, v in (m.get("about") or {}).items() if v is not None}}
             pair = paired.get(dataset, {}).get(system, blank)
             with tracking.run("evaluate", params=params, tags=tags, run_name=f"eval {system} {dataset}",
                               parent=ids[0]) as active:
                 if active is None:  # tracking failed meanwhile (it said so once)
                     return ids
-                tracking.log_metrics(_numbers({**m, "paired": pair}))
+                numbers = {k: v for k, v in m.items() if k != "about"}  # words: the run's about.* tags
+                tracking.log_metrics(_numbers({**numbers, "paired": pair}))
                 tracking.log_table([_row(p) for p in preds], "predictions.json")
                 if dataset in splits:
                     tracking.log_dataset(splits[dataset], context="evaluation")
@@ -320,7 +354,8 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
     return ids
 
 
-VERSION_METRICS = ("n", *SCORES, "eqs", "ehr", "parseable")  # the numbers a registered version is tagged with
+VERSION_METRICS = ("n", *SCORES, "parse_rate", "citing_rate", "grounded_rate", "ehr", "ehr_micro", "eqs",
+                   "rationale_f1")  # the numbers a registered version is tagged with
 
 
 def tag_registered_versions(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],

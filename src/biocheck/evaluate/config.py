@@ -10,6 +10,12 @@ SYSTEMS = ("base", "eg_grpo", "outcome_only", "no_retrieval", "pmsearch", "cer",
 # name -> prepared split; scifact_val (the claims that select checkpoints) for learning checks, not the default
 DATASETS = {"scifact": "scifact/test", "healthfc": "healthfc/test", "scifact_val": "scifact/val"}
 REFERENCE = "eg_grpo"  # the system every other one is compared against (paired tests)
+BASELINES = ("no_retrieval", "pmsearch", "cer", "fire")
+BASELINE_MODELS = ("base", "sft")  # the model the baselines run: the base model, or the SFT warm start
+# Datasets whose claims chose the checkpoint (select): evaluated only as "selection claims", never held out.
+SELECTION = {"scifact_val": "selection claims"}
+# The corpus a dataset's gold evidence comes from (None: no corpus the project indexes holds it).
+SOURCES = {"scifact": "scifact", "scifact_val": "scifact", "healthfc": None}
 
 
 @dataclass
@@ -25,8 +31,18 @@ class EvaluateConfig:
     metrics_path: Path = Path("metrics/eval.json")
     paired_path: Path = Path("metrics/eval_paired.json")
     plots_dir: Path = Path("metrics/eval_plots")  # DVC plots data (confusion matrices, metric bars)
+    eqs_judge: str | None = None  # the judge that scores EQS (a judge spec); null: reward.judge, said in every output
+    # base | sft: the model the baselines run, or {baseline: base | sft} per baseline (a zero-shot model that
+    # cannot answer a prompt makes a comparison against nothing; the SFT start may follow it)
+    baseline_model: str | dict[str, str] = "base"
     cer: dict[str, Any] = field(default_factory=dict)  # CERConfig fields (retrieve, sentences, ranker, ...)
     fire: dict[str, Any] = field(default_factory=dict)  # FIREConfig fields (max_steps, similarity, max_retries, ...)
+
+    def model_of(self, baseline: str) -> str:
+        """base or sft: the model `baseline` runs (a baseline the mapping leaves out runs the base model)."""
+        if isinstance(self.baseline_model, dict):
+            return self.baseline_model.get(baseline, "base")
+        return self.baseline_model
 
     def __post_init__(self) -> None:
         for name in ("out_dir", "report_dir", "metrics_path", "paired_path", "plots_dir"):
@@ -40,9 +56,34 @@ class EvaluateConfig:
             raise ValueError(f"datasets: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(DATASETS)}")
         if not self.systems or not self.datasets:
             raise ValueError("systems and datasets must each name at least one")
+        chosen = self.baseline_model if isinstance(self.baseline_model, dict) else {"": self.baseline_model}
+        bad = {k: v for k, v in chosen.items() if v not in BASELINE_MODELS or (k and k not in BASELINES)}
+        if bad:
+            raise ValueError(f"baseline_model: {self.baseline_model!r}; give one of {', '.join(BASELINE_MODELS)}, or "
+                             f"a mapping from baselines ({', '.join(BASELINES)}) to one of them")
         if self.workers < 1:
             raise ValueError(f"workers: {self.workers} must be >= 1")
         if self.bootstrap < 0:
             raise ValueError(f"bootstrap: {self.bootstrap} must be >= 0 (0: no intervals)")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit: {self.limit} must be >= 1 (null: every claim)")
+
+
+def dataset_about(dataset: str, corpus: str, corpus_kind: str) -> dict[str, Any]:
+    """What a dataset's numbers can mean: whether its claims are held out (not the ones that chose the
+    checkpoint) and which corpus its claims were searched in. `corpus_kind`: "scifact" (the local index of
+    the SciFact corpus only), "mixed" (a local index with more than that corpus), or "pubmed" (live PubMed
+    or its recorded answers)."""
+    role = SELECTION.get(dataset, "held-out test")
+    source = SOURCES.get(dataset)
+    if corpus_kind == "scifact":
+        has = source == "scifact"
+    else:
+        has = None  # not checked: PubMed, or an index holding more than the SciFact corpus
+    caveat = None
+    if has is False:
+        caveat = "evidence corpus does not contain this dataset's sources"
+    elif dataset in SELECTION:
+        caveat = "selection claims: these claims chose the checkpoint, so they are not held-out evidence"
+    return {"role": role, "held_out": dataset not in SELECTION, "evidence_corpus": corpus,
+            "corpus_has_sources": has, "caveat": caveat}

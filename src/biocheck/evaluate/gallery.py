@@ -24,7 +24,9 @@ from biocheck.agent.episode import Episode
 from biocheck.evaluate.config import DATASETS, REFERENCE, SYSTEMS
 from biocheck.evaluate.gallery_static import CSS, FILTER_JS, RESIZE_JS
 from biocheck.evaluate.gallery_svg import bar_chart, confusion_svg, interval, number
+from biocheck.evaluate.headline import COLUMNS, PAIRED_NAMES, dataset_notes
 from biocheck.evaluate.metrics import OTHER
+from biocheck.evaluate.rationale import sentence_f1
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import atomic_dir
 from biocheck.labels import LABELS
@@ -32,10 +34,17 @@ from biocheck.report.render import render_html
 
 e = html.escape
 # How the paired differences read (the paired-test helper computes them; this is only their caption).
-PAIRED_CAPTION = (f"Each system against {REFERENCE} on the claims both answered: Δ = {REFERENCE} minus the "
-                  "system (positive: {REFERENCE} is better), with the 95% interval and p of a paired bootstrap; "
-                  f"McNemar's exact test (b: claims only {REFERENCE} got right, c: only the system; p). "
-                  "Bold: p < 0.05.").replace("{REFERENCE}", REFERENCE)
+PAIRED_CAPTION = (f"Each system against {REFERENCE} on the claims both answered, paired by claim id: Δ = "
+                  "{REFERENCE} minus the system (for EHR a negative Δ is better for {REFERENCE}), with the 95% "
+                  "interval and p of a paired bootstrap over claims, and the minimum detectable difference (MDD: "
+                  "the true Δ this n would find with 80% power); McNemar's exact test for accuracy (b: claims "
+                  "only {REFERENCE} got right, c: only the system). Bold: p < 0.05.").replace("{REFERENCE}", REFERENCE)
+METRIC_CAPTION = ("Each number with its 95% interval and the n it counts: claims (accuracy, rates, rationale F1; "
+                  "exact binomial intervals for the rates), citing reports (EHR), cited items (micro-EHR), judged "
+                  "reports (EQS); bootstrap over claims elsewhere. Macro-F1 is over the label set shown (2-way on a "
+                  "set without NEI gold). EHR counts only reports that cite: read it beside the citing rate. "
+                  "Grounded rate: claims whose report parses, cites, and invents nothing. Rationale F1: SciFact's "
+                  "sentence-level selection + label F1 against the gold rationales (no judge).")
 CLAIM_TEXT_CHARS = 160  # the index shows the start of each claim; its page shows all of it
 
 
@@ -133,10 +142,12 @@ def _fmt_p(x: object) -> str:
     return f'<span class="sig">{text}</span>' if v < 0.05 else text
 
 
-def _with_ci(value: object, ci: object) -> str:
+def _with_ci(value: object, ci: object, n: object = None) -> str:
     lo_hi = interval(ci)
     tail = f' <span class="ci">[{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]</span>' if lo_hi else ""
-    return _fmt(value) + tail
+    count = number(n)
+    size = f' <span class="ci">n={int(count)}</span>' if count is not None and number(value) is not None else ""
+    return _fmt(value) + tail + size
 
 
 def _page(title: str, body: list[str], script: str) -> str:
@@ -155,9 +166,9 @@ def _index(systems: list[str], datasets: list[str], claims: list[_Claim],
             f'<p class="muted">{len(systems)} systems · {len(datasets)} datasets · {len(claims)} claims. '
             f"Reference system for the paired tests: {e(REFERENCE)}.</p></header>",
             _filters(systems, datasets),
+            "<h2>What the numbers can mean</h2>", _notes(datasets, metrics),
             "<h2>Metrics</h2>", _metric_table(systems, datasets, metrics),
-            '<p class="note">Accuracy and macro-F1 with their 95% bootstrap intervals; EQS and EHR only for '
-            "systems that write reports.</p>",
+            f'<p class="note">{e(METRIC_CAPTION)}</p>',
             "<h2>Paired tests</h2>", _paired_table(datasets, paired), f'<p class="note">{e(PAIRED_CAPTION)}</p>',
             "<h2>Accuracy and macro-F1</h2>", _bars(systems, datasets, metrics),
             "<h2>Confusion matrices</h2>", _confusions(systems, datasets, predictions),
@@ -179,9 +190,15 @@ def _filters(systems: list[str], datasets: list[str]) -> str:
             + "</nav>")
 
 
+def _notes(datasets: list[str], metrics: Mapping) -> str:
+    notes = dataset_notes(metrics)
+    items = [f"<li><b>{e(d)}</b>: {e('; '.join(notes[d]))}</li>" for d in datasets if notes.get(d)]
+    return f'<ul id="notes">{"".join(items)}</ul>' if items else '<p class="muted">No notes.</p>'
+
+
 def _metric_table(systems: list[str], datasets: list[str], metrics: Mapping) -> str:
-    rows = ['<table id="metrics"><thead><tr><th>system</th><th>dataset</th><th>n</th><th>accuracy [95% CI]</th>'
-            "<th>macro-F1 [95% CI]</th><th>EQS</th><th>EHR</th></tr></thead><tbody>"]
+    head = "".join(f"<th>{e(label)}</th>" for _, label, _ in COLUMNS)
+    rows = [f'<table id="metrics"><thead><tr><th>system</th><th>dataset</th><th>labels</th>{head}</tr></thead><tbody>']
     for s in systems:
         by_dataset = metrics.get(s) if isinstance(metrics.get(s), Mapping) else {}
         for d in datasets:
@@ -189,12 +206,9 @@ def _metric_table(systems: list[str], datasets: list[str], metrics: Mapping) -> 
             if not isinstance(m, Mapping):
                 continue
             ci = m.get("ci") if isinstance(m.get("ci"), Mapping) else {}
-            n = number(m.get("n"))
+            cells = "".join(f'<td class="num">{_with_ci(m.get(k), ci.get(k), m.get(n))}</td>' for k, _, n in COLUMNS)
             rows.append(f'<tr data-filter="" data-system="{e(s)}" data-dataset="{e(d)}"><td>{e(s)}</td>'
-                        f'<td>{e(d)}</td><td class="num">{"—" if n is None else int(n)}</td>'
-                        f'<td class="num">{_with_ci(m.get("accuracy"), ci.get("accuracy"))}</td>'
-                        f'<td class="num">{_with_ci(m.get("macro_f1"), ci.get("macro_f1"))}</td>'
-                        f'<td class="num">{_fmt(m.get("eqs"))}</td><td class="num">{_fmt(m.get("ehr"))}</td></tr>')
+                        f'<td>{e(d)}</td><td>{e(str(m.get("label_set") or "—"))}</td>{cells}</tr>')
     rows.append("</tbody></table>")
     return "".join(rows)
 
@@ -202,21 +216,25 @@ def _metric_table(systems: list[str], datasets: list[str], metrics: Mapping) -> 
 def _paired_table(datasets: list[str], paired: Mapping) -> str:
     if not any(isinstance(paired.get(d), Mapping) and paired[d] for d in paired):
         return '<p class="muted">No paired comparisons.</p>'
-    rows = ['<table id="paired"><thead><tr><th>dataset</th><th>system</th><th>n</th>'
-            "<th>Δ accuracy [95% CI]</th><th>p</th><th>Δ macro-F1 [95% CI]</th><th>p</th>"
-            "<th>McNemar b</th><th>c</th><th>p</th></tr></thead><tbody>"]
+    rows = ['<table id="paired"><thead><tr><th>dataset</th><th>system</th><th>n</th><th>metric</th>'
+            "<th>Δ [95% CI]</th><th>p</th><th>MDD</th></tr></thead><tbody>"]
     for d in _ordered(set(paired), tuple(datasets)):
         by_system = paired.get(d) if isinstance(paired.get(d), Mapping) else {}
         for s in _ordered(set(by_system), SYSTEMS):
             t = by_system[s] if isinstance(by_system[s], Mapping) else {}
-            cells = [e(d), e(s), _fmt(t.get("n"), 0)]
-            for key in ("accuracy", "macro_f1"):  # compare.paired_tests: {diff, mean, lo, hi, p}
+            attrs = f'data-filter="" data-system="{e(s)}" data-dataset="{e(d)}"'
+            lead = f"<td>{e(d)}</td><td>{e(s)}</td><td class=\"num\">{_fmt(t.get('n'), 0)}</td>"
+            for key, name in PAIRED_NAMES.items():  # compare.paired_tests: {diff, mean, lo, hi, p, mdd}
                 diff = t.get(key) if isinstance(t.get(key), Mapping) else {}
-                cells += [_with_ci(diff.get("diff"), diff), _fmt_p(diff.get("p"))]
+                if number(diff.get("diff")) is None:
+                    continue
+                rows.append(f"<tr {attrs}>{lead}<td>{e(name)}</td><td class=\"num\">{_with_ci(diff.get('diff'), diff)}"
+                            f"</td><td class=\"num\">{_fmt_p(diff.get('p'))}</td>"
+                            f"<td class=\"num\">{_fmt(diff.get('mdd'))}</td></tr>")
             mc = t.get("mcnemar") if isinstance(t.get("mcnemar"), Mapping) else {}
-            cells += [_fmt(mc.get("b"), 0), _fmt(mc.get("c"), 0), _fmt_p(mc.get("p"))]
-            tds = f"<td>{cells[0]}</td><td>{cells[1]}</td>" + "".join(f'<td class="num">{c}</td>' for c in cells[2:])
-            rows.append(f'<tr data-filter="" data-system="{e(s)}" data-dataset="{e(d)}">{tds}</tr>')
+            rows.append(f"<tr {attrs}>{lead}<td>McNemar (accuracy) b / c</td><td class=\"num\">"
+                        f"{_fmt(mc.get('b'), 0)} / {_fmt(mc.get('c'), 0)}</td><td class=\"num\">{_fmt_p(mc.get('p'))}"
+                        "</td><td></td></tr>")
     rows.append("</tbody></table>")
     return "".join(rows)
 
@@ -291,18 +309,21 @@ def _claim_page(claim: _Claim, systems: list[str], episodes: Mapping[str, Episod
             f'<p class="claim">{e(claim.text) if claim.text else "<span class=muted>(no trace has the claim text)</span>"}</p>',
             f"<p>Gold label: {_badge(claim.gold)}</p></header>",
             '<h2>Verdicts</h2><table id="verdicts"><thead><tr><th>system</th><th>verdict</th><th>outcome</th><th>EQS</th>'
-            "<th>EHR</th><th>searches</th><th>tokens</th><th>error</th></tr></thead><tbody>"]
+            "<th>EHR</th><th>cited</th><th>rationale F1</th><th>searches</th><th>tokens</th><th>error</th></tr>"
+            "</thead><tbody>"]
     for s in shown:
         p = claim.preds[s]
         body.append(f'<tr data-system="{e(s)}"><td><a href="#sys-{e(s)}">{e(s)}</a></td>'
                     f'{_verdict_cell(s, p, claim.gold)}<td>{_outcome(p, claim.gold)}</td>'
                     f'<td class="num">{_fmt(p.eqs)}</td><td class="num">{_fmt(p.ehr)}</td>'
+                    f'<td class="num">{_fmt(p.cited, 0)}</td><td class="num">{_fmt(sentence_f1(p.rationale))}</td>'
                     f'<td class="num">{p.searches}</td><td class="num">{p.tokens}</td>'
                     f"<td>{e(p.error or '')}</td></tr>")
     body.append("</tbody></table>")
     for s in shown:
         body.append(_system_section(s, claim.preds[s], episodes.get(s)))
     return _page(f"{claim.dataset} {claim.id}: {claim.text[:80]}", body, RESIZE_JS)
+
 
 
 def _system_section(system: str, p: Prediction, ep: Episode | None) -> str:

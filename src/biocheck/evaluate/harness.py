@@ -14,15 +14,18 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from tqdm.auto import tqdm
 
 from biocheck.agent.episode import Episode
 from biocheck.agent.llm.base import LLMError
 from biocheck.agent.run import episode_error, trace_path, write_trace
 from biocheck.data.schema import ClaimRecord
+from biocheck.evaluate.rationale import Cited, CorpusSentences, RationaleCounts, rationale_counts
 from biocheck.evaluate.systems.base import Prediction, System
 from biocheck.io import InputError, atomic_path, dump_jsonl, remove_stale_tmp
 from biocheck.pubmed.types import SearchError
@@ -31,16 +34,78 @@ from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
 
-Scorer = Callable[[Sequence[Episode]], Sequence[RewardBreakdown]]
 
 
-def make_scorer(judge: Any = None, cfg: RewardConfig | None = None) -> Scorer:
-    """EQS and EHR of report episodes with the reward library: one judge call for all of them (cached)."""
+class ReportScore(BaseModel):
+    """What the evaluation reads off one report (the fields of the same names on `Prediction`)."""
 
-    def scorer(episodes: Sequence[Episode]) -> list[RewardBreakdown]:
-        return score_many([EpisodeView.from_episode(ep) for ep in episodes], cfg, judge)
+    cited: int
+    hallucinated: int
+    ehr: float | None  # None when nothing is cited or the report does not parse
+    eqs: float | None
+    eqs_supporting: float | None
+    eqs_refuting: float | None
+    eqs_reward_judge: float | None
+    rationale: RationaleCounts | None
 
-    return scorer
+
+def _side_mean(b: RewardBreakdown, side: str | None = None) -> float | None:
+    s = [e.s for e in b.entries if side is None or e.side == side]
+    return sum(s) / len(s) if s and b.judge_used else None  # without a judge every s is 0: nothing to report
+
+
+@dataclass
+class ReportScorer:
+    """Scores report episodes with the reward library: citations and EHR (no judge needed); EQS, overall and
+    per side, by `judge` (the EQS judge, evaluate.eqs_judge), and by `reward_judge` too when that is another
+    judge (did the policy learn to please the judge it trained on?); SciFact's rationale counts where a
+    claim has gold rationales and `corpus` holds the sentences of the abstracts it cites. One judge call per
+    judge for all episodes (cached)."""
+
+    judge: Any = None
+    cfg: RewardConfig | None = None
+    reward_judge: Any = None
+    corpus: CorpusSentences | None = None
+
+    def __call__(self, episodes: Sequence[Episode],
+                 claims: Sequence[ClaimRecord | None] | None = None) -> list[ReportScore]:
+        views = [EpisodeView.from_episode(ep) for ep in episodes]
+        main = score_many(views, self.cfg, self.judge)
+        other = score_many(views, self.cfg, self.reward_judge) if self.reward_judge is not None else None
+        claims = list(claims) if claims is not None else [None] * len(episodes)
+        out = []
+        for i, (ep, b) in enumerate(zip(episodes, main, strict=True)):
+            claim = claims[i]
+            rationale = None
+            if self.corpus is not None and claim is not None and _has_rationales(claim):
+                items = [Cited(e.side, e.pmid, e.quote) for e in b.entries]
+                rationale = rationale_counts(claim.evidence, items, self.corpus, ep.ledger)
+            out.append(ReportScore(
+                cited=b.n_cited, hallucinated=b.n_hallucinated, ehr=b.ehr if b.n_cited and _parsed(b) else None,
+                eqs=_side_mean(b), eqs_supporting=_side_mean(b, "supporting"),
+                eqs_refuting=_side_mean(b, "refuting"),
+                eqs_reward_judge=_side_mean(other[i]) if other is not None else None, rationale=rationale))
+        return out
+
+
+def _parsed(b: RewardBreakdown) -> bool:
+    """A conclusion and no parse problem: an unparseable report is a failure (parse rate), never an EHR."""
+    return b.conclusion is not None and not b.parse_problems
+
+
+def _has_rationales(claim: ClaimRecord) -> bool:
+    """SciFact claims carry their gold rationales (none for NEI, which still scores what a report cites)."""
+    return claim.dataset == "scifact"
+
+
+Scorer = Callable[..., Sequence[ReportScore]]
+
+
+def make_scorer(judge: Any = None, cfg: RewardConfig | None = None, *, reward_judge: Any = None,
+                corpus: CorpusSentences | None = None) -> ReportScorer:
+    """The evaluation's scorer (see ReportScorer); `reward_judge` only when it is not `judge` itself."""
+    return ReportScorer(judge=judge, cfg=cfg, reward_judge=reward_judge if reward_judge is not judge else None,
+                        corpus=corpus)
 
 
 def trace_dir(out_dir: Path, system: str, fingerprint: str, dataset: str) -> Path:
@@ -176,7 +241,7 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
     preds = [_prediction(system, fp, dataset, c, episodes[c.id], errors.get(c.id),
                          None if c.id in errors else paths[c.id].relative_to(out_dir).as_posix()) for c in claims]
     if system.writes_report and scorer is not None:
-        _score(preds, [episodes[c.id] for c in claims], scorer)
+        _score(preds, [episodes[c.id] for c in claims], claims, scorer)
     if shard:
         return preds
     path = predictions_path(out_dir, system.name, dataset)
@@ -185,11 +250,23 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
     return preds
 
 
-def _score(preds: list[Prediction], episodes: list[Episode | None], scorer: Scorer) -> None:
-    """EQS and EHR onto the predictions of answered claims (a failed claim has no report to score)."""
-    scored = [(p, ep) for p, ep in zip(preds, episodes, strict=True) if ep is not None and p.error is None]
+def load_episode(out_dir: Path, pred: Prediction) -> Episode | None:
+    """A prediction's trace (None when it has none or it cannot be read)."""
+    if not pred.trace:
+        return None
+    try:
+        return Episode.model_validate_json((Path(out_dir) / pred.trace).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _score(preds: list[Prediction], episodes: list[Episode | None], claims: list[ClaimRecord],
+           scorer: Scorer) -> None:
+    """Citations, EHR, EQS and rationale counts onto the predictions of answered claims (a failed claim has
+    no report to score)."""
+    scored = [(p, ep, c) for p, ep, c in zip(preds, episodes, claims, strict=True) if ep is not None and p.error is None]
     if not scored:
         return
-    for (p, _), b in zip(scored, scorer([ep for _, ep in scored]), strict=True):
-        p.ehr = b.ehr
-        p.eqs = b.eqs if b.judge_used else None  # without a judge every s is 0: no evidence quality to report
+    for (p, _, _), r in zip(scored, scorer([ep for _, ep, _ in scored], [c for _, _, c in scored]), strict=True):
+        for key, value in r:
+            setattr(p, key, value)

@@ -122,27 +122,47 @@ def _interval(v: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def evidence_metrics(breakdowns: Iterable[Any]) -> dict[str, float | int]:
-    """EQS and EHR over reports (see docs/rewards.md).
+def proportion_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float] | None:
+    """Clopper-Pearson (exact binomial) interval of k successes in n trials; None for n = 0.
 
-    eqs: mean of the per-report EQS over reports that cite something; eqs_micro: mean s over all cited entries.
-    ehr: mean of the per-report EHR over all reports (0 for a report citing nothing); ehr_micro: hallucinated /
-    cited entries over all reports. Empty inputs give 0.
+    A bootstrap of 0 of 4 is [0, 0], which reads as certainty; the exact interval is [0, 0.60]. Exact
+    rather than Wilson: at this project's small n its coverage is never below the level it claims.
+    """
+    if n <= 0:
+        return None
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def evidence_metrics(breakdowns: Iterable[Any]) -> dict[str, float | int | None]:
+    """Report quality over reports (docs/evaluation.md): nothing here rewards a report for saying nothing.
+
+    parse_rate: reports with a conclusion and no parse problem; citing_rate: reports with at least one
+    evidence item; ehr: mean per-report EHR over the reports that parse and cite (None when none does: an
+    unparseable report is a failure, never an EHR); ehr_micro: hallucinated / cited items over every report
+    (None when nothing is cited); eqs: mean per-report EQS over citing reports;
+    eqs_micro: mean s over all cited items. Rates over no reports are None.
     """
     bs = list(breakdowns)
     citing = [b for b in bs if b.n_cited > 0]
+    rated = [b for b in citing if b.conclusion is not None and not b.parse_problems]  # EHR: parsed and citing
     entries = [e for b in bs for e in b.entries]
     cited = sum(b.n_cited for b in bs)
+    n = len(bs)
     return {
-        "reports": len(bs),
+        "reports": n,
         "reports_citing": len(citing),
-        "cited_per_report": cited / len(bs) if bs else 0.0,
-        "eqs": sum(b.eqs for b in citing) / len(citing) if citing else 0.0,
-        "eqs_micro": sum(e.s for e in entries) / len(entries) if entries else 0.0,
-        "ehr": sum(b.ehr for b in bs) / len(bs) if bs else 0.0,
-        "ehr_micro": sum(b.n_hallucinated for b in bs) / cited if cited else 0.0,
-        "fuzzy_only_rate": sum(e.fuzzy and not e.strict for e in entries) / len(entries) if entries else 0.0,
-        "judge_used": sum(b.judge_used for b in bs) / len(bs) if bs else 0.0,
+        "parse_rate": sum(b.conclusion is not None and not b.parse_problems for b in bs) / n if n else None,
+        "citing_rate": len(citing) / n if n else None,
+        "cited_per_report": cited / n if n else None,
+        "eqs": sum(b.eqs for b in citing) / len(citing) if citing else None,
+        "eqs_micro": sum(e.s for e in entries) / len(entries) if entries else None,
+        "ehr": sum(b.ehr for b in rated) / len(rated) if rated else None,
+        "ehr_micro": sum(b.n_hallucinated for b in bs) / cited if cited else None,
+        "fuzzy_only_rate": sum(e.fuzzy and not e.strict for e in entries) / len(entries) if entries else None,
+        "judge_used": sum(b.judge_used for b in bs) / n if n else None,
     }
 
 

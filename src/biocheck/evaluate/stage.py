@@ -12,11 +12,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from biocheck.agent.episode import Episode
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate import compare
 from biocheck.evaluate.config import REFERENCE, EvaluateConfig
-from biocheck.evaluate.harness import Scorer, predictions_path, run_system
+from biocheck.evaluate.harness import Scorer, load_episode, predictions_path, run_system
 from biocheck.evaluate.systems.base import Prediction, System
 from biocheck.io import InputError, write_json_atomic
 from biocheck.secrets import redact
@@ -25,9 +24,12 @@ log = logging.getLogger(__name__)
 
 
 def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, list[ClaimRecord]],
-             scorer: Scorer | None, progress: bool = True, profile: str | None = None) -> dict[str, Any]:
+             scorer: Scorer | None, progress: bool = True, profile: str | None = None,
+             about: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Run and compare; return {metrics, paired, predictions (paths), gallery, skipped (optional steps that
-    failed, with why)}. `claims`: dataset name -> its claims (cfg.limit takes the first N of each)."""
+    failed, with why)}. `claims`: dataset name -> its claims (cfg.limit takes the first N of each). `about`:
+    dataset name -> what its numbers can mean (config.dataset_about, plus the EQS judge), written into
+    every metrics row as `about` so no number travels without it."""
     missing = [d for d in cfg.datasets if d not in claims]
     if missing:
         raise InputError(f"evaluate: no claims given for dataset(s) {', '.join(missing)}")
@@ -47,7 +49,8 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
             if callable(close):  # free its model before the next system loads one
                 close()
 
-    metrics = {s: {d: compare.system_metrics(preds[(s, d)], cfg.bootstrap, cfg.seed) for d in datasets}
+    metrics = {s: {d: {**compare.system_metrics(preds[(s, d)], cfg.bootstrap, cfg.seed),
+                       "about": dict((about or {}).get(d, {}))} for d in datasets}
                for s in systems}
     write_json_atomic(cfg.metrics_path, metrics)
     paired = {}
@@ -75,16 +78,6 @@ def _optional(step: str, skipped: dict[str, str], fn, *args: Any, **kwargs: Any)
         why = redact(f"{type(e).__name__}: {e}").splitlines()[0][:300]
         log.warning("evaluate: %s skipped (%s)", step, why)
         skipped[step] = why
-        return None
-
-
-def load_episode(out_dir: Path, pred: Prediction) -> Episode | None:
-    """A prediction's trace (None when it has none or it cannot be read)."""
-    if not pred.trace:
-        return None
-    try:
-        return Episode.model_validate_json((Path(out_dir) / pred.trace).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
         return None
 
 

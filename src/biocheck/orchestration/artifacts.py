@@ -8,7 +8,8 @@ from typing import Any
 
 from biocheck.data.validate import ValidationResult
 
-TABLE_METRICS = ("accuracy", "macro_f1", "eqs", "ehr")  # each with its 95% bootstrap interval
+# each with its 95% interval and, where it counts something other than claims, its n (docs/evaluation.md)
+TABLE_METRICS = ("accuracy", "macro_f1", "citing_rate", "ehr", "ehr_micro", "eqs", "rationale_f1")
 DIGITS = 4
 
 
@@ -33,8 +34,9 @@ def _number(value: Any) -> float | None:
 
 def metric_rows(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """metrics/eval.json ({system: {dataset: {...}}}) -> one row per system and dataset: n, then accuracy,
-    macro-F1, EQS and EHR, each with `_lo`/`_hi` (its 95% interval); None where a number does not apply
-    (EQS/EHR of a system that writes no report)."""
+    macro-F1, citing rate, EHR over citing reports, micro-EHR, EQS and rationale F1, each with `_lo`/`_hi`
+    (its 95% interval) and `_n` where eval.json gives one; None where a number does not apply (the report
+    metrics of a system that writes no report)."""
     rows = []
     for system, by_dataset in metrics.items():
         for dataset, m in by_dataset.items():
@@ -44,5 +46,7 @@ def metric_rows(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[
                 interval = ci.get(name) or {}
                 row[name] = _number(m.get(name))
                 row[f"{name}_lo"], row[f"{name}_hi"] = _number(interval.get("lo")), _number(interval.get("hi"))
+                if f"{name}_n" in m:
+                    row[f"{name}_n"] = m.get(f"{name}_n")
             rows.append(row)
     return rows

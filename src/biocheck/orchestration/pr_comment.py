@@ -20,14 +20,16 @@ from pathlib import Path
 
 from biocheck.evaluate.config import EvaluateConfig
 from biocheck.evaluate.gallery_svg import interval, number
+from biocheck.evaluate.headline import PAIRED_NAMES, dataset_notes
 from biocheck.orchestration.dvc import DvcError, metrics_diff
 from biocheck.secrets import redact
 
 MARKER = "<!-- biocheck-pr-eval -->"  # the comment's first line: the workflow finds the comment to update by it
 DIGITS = 3
 # The metric table's columns: (key in eval.json, header, digits shown).
-HEADLINE = (("n", "n", 0), ("accuracy", "accuracy", DIGITS), ("macro_f1", "macro-F1", DIGITS), ("eqs", "EQS", DIGITS),
-            ("ehr", "EHR", DIGITS))
+HEADLINE = (("n", "n", 0), ("accuracy", "accuracy", DIGITS), ("macro_f1", "macro-F1", DIGITS),
+            ("citing_rate", "citing rate", DIGITS), ("ehr", "EHR (citing)", DIGITS), ("ehr_micro", "micro-EHR", DIGITS),
+            ("eqs", "EQS", DIGITS), ("rationale_f1", "rationale F1", DIGITS))
 MAX_CHARS = 65_000  # GitHub refuses a comment body over 65,536 characters: the dvc table is cut to fit
 STATUS_PATHS = 6  # paths listed per stage and kind of change; the rest are counted
 _EVAL = EvaluateConfig()  # where the evaluate stage writes its metrics (one source for the paths)
@@ -74,7 +76,8 @@ def build(cfg: PrCommentConfig) -> PrComment:
         head.append(f"Gallery (every claim, every system): [download the artifact]({_url(cfg.artifact_url)}).")
     for i, problem in enumerate(problems):  # one quoted paragraph each ('>' alone keeps them apart)
         head += [">" if i else "", f"> **Missing:** {_html(problem)}"]
-    body = [*head, "", "### Metrics per system and dataset", "", *_metric_table(new, base), "",
+    body = [*head, "", "### What the numbers can mean", "", *_notes(new), "",
+            "### Metrics per system and dataset", "", *_metric_table(new, base), "",
             "### Paired tests (this run)", "", *_paired_table(paired, paired_why), "",
             "### Stages that were out of date before the run", "", *_status(cfg.status_path), ""]
     diff = _dvc_diff(cfg, skip=ref_error)
@@ -210,6 +213,16 @@ def _metric_table(new: Mapping | None, base: Mapping | None) -> list[str]:
     return lines
 
 
+def _notes(new: Mapping | None) -> list[str]:
+    notes = dataset_notes(new or {})
+    if not notes:
+        return ["No notes in this evaluation's metrics (an older `metrics/eval.json`)."]
+    return [f"- **{_md(d)}**: {_md('; '.join(n))}" for d, n in notes.items()] + [
+        "", "EHR counts only the reports that cite: read it beside the citing rate. Rationale F1: SciFact's "
+        "sentence-level selection + label F1 against the gold rationales (no judge). Macro-F1 is 2-way on a set "
+        "without NEI gold."]
+
+
 # --- the paired tests ---------------------------------------------------------------------------------
 
 def _sub(d: Mapping, key: str) -> Mapping:
@@ -240,18 +253,25 @@ def _paired_table(paired: Mapping | None, why: str | None) -> list[str]:
             for s, t in by_system.items() if isinstance(t, Mapping)]
     if not rows:
         return ["No paired tests: the evaluation ran one system, or not the reference system."]
-    lines = ["Δ = reference minus system on the claims both answered (positive: the reference is better), "
-             "paired bootstrap 95% interval and p; McNemar's exact test (b: only the reference right, c: only "
-             "the system). Bold: p < 0.05.", "",
-             "| dataset | comparison | n | Δ accuracy [95% CI] | p | Δ macro-F1 [95% CI] | p | McNemar b / c | p |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["Δ = reference minus system on the claims both answered, paired by claim id (for EHR a negative Δ "
+             "favours the reference); paired bootstrap 95% interval and p; MDD: the smallest true Δ this n finds "
+             "with 80% power. McNemar's exact test for accuracy (b: only the reference right, c: only the system). "
+             "Bold: p < 0.05.", "",
+             "| dataset | comparison | n | metric | Δ [95% CI] | p | MDD |", "|---|---|---:|---|---:|---:|---:|"]
     for dataset, system, t in rows:
-        acc, f1, mc = _sub(t, "accuracy"), _sub(t, "macro_f1"), _sub(t, "mcnemar")
-        b, c, n = number(mc.get("b")), number(mc.get("c")), number(t.get("n"))
-        cells = [_md(dataset), f"{_md(t.get('reference', '?'))} vs {_md(system)}",
-                 "n/a" if n is None else _num(n, 0), _diff(acc), _p(acc.get("p")), _diff(f1), _p(f1.get("p")),
-                 "n/a" if b is None or c is None else f"{_num(b, 0)} / {_num(c, 0)}", _p(mc.get("p"))]
-        lines.append("| " + " | ".join(cells) + " |")
+        n = number(t.get("n"))
+        lead = [_md(dataset), f"{_md(t.get('reference', '?'))} vs {_md(system)}", "n/a" if n is None else _num(n, 0)]
+        for key, name in PAIRED_NAMES.items():
+            stat = _sub(t, key)
+            if number(stat.get("diff")) is None:
+                continue
+            mdd = number(stat.get("mdd"))
+            lines.append("| " + " | ".join([*lead, name, _diff(stat), _p(stat.get("p")),
+                                             "n/a" if mdd is None else _num(mdd)]) + " |")
+        mc = _sub(t, "mcnemar")
+        b, c = number(mc.get("b")), number(mc.get("c"))
+        lines.append("| " + " | ".join([*lead, "McNemar b / c", "n/a" if b is None or c is None else
+                                         f"{_num(b, 0)} / {_num(c, 0)}", _p(mc.get("p")), ""]) + " |")
     return lines
 
 

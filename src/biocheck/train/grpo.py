@@ -168,18 +168,32 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
+def previous_dir(out_dir: Path) -> Path:
+    """Where `prepare_out_dir` moves the checkpoints of a run that another run replaces: beside the output,
+    not inside it (DVC hashes and caches what is inside), e.g. models/.previous/checkpoints/<old key>/."""
+    return out_dir.parent / ".previous" / out_dir.name
+
+
 def prepare_out_dir(out_dir: Path, run_key: str) -> Path | None:
     """Return the checkpoint to resume from, or None. Checkpoints of a different run (other params or
-    inputs) are removed first: resuming them would mix two experiments."""
+    inputs) are never resumed (that would mix two experiments) and never deleted: they are moved to
+    `previous_dir(out_dir)/<old key>/`, which keeps the latest replaced run only (one line says where)."""
     import shutil
 
     marker = out_dir / "run_key.json"
     if out_dir.exists():
         old = json.loads(marker.read_text()).get("key") if marker.is_file() else None
         if old != run_key:
-            if any(out_dir.iterdir()):
-                log.warning("%s holds checkpoints of another run (key %s != %s); starting afresh", out_dir, old, run_key)
-            shutil.rmtree(out_dir)
+            if any(p.name != "run_key.json" for p in out_dir.iterdir()):
+                keep = previous_dir(out_dir) / (old or "unknown")
+                if keep.parent.exists():
+                    shutil.rmtree(keep.parent)  # only the latest replaced run is kept
+                keep.parent.mkdir(parents=True)
+                shutil.move(str(out_dir), str(keep))
+                log.warning("%s held checkpoints of another run (key %s, now %s): moved to %s; starting afresh",
+                            out_dir, old, run_key, keep)
+            else:
+                shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"key": run_key}) + "\n")
     return latest_checkpoint(out_dir)
@@ -215,5 +229,5 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
                                peft_config=peft_config, callbacks=callbacks or [])
 
 
-__all__ = ["TrainConfig", "make_trainer", "progress_every", "prepare_out_dir", "complete_checkpoints",
+__all__ = ["TrainConfig", "make_trainer", "progress_every", "prepare_out_dir", "previous_dir", "complete_checkpoints",
            "latest_checkpoint", "fingerprint_inputs"]

@@ -20,19 +20,28 @@ SFT_KEY = "sft_key.json"  # the inputs the warm start in a folder was trained fr
 SFT_STATS = "sft_stats.json"
 
 
+# The `agent:` settings training reads: the budget in the prompts and the environment, the refusal rounds
+# (tool iterations per episode), the excerpt length. The rest of `agent:` (its model, decoding, seed,
+# workers) drives `biocheck check` and evaluation only, so it is neither in the run key nor in dvc.yaml's
+# `train` params: changing it never reruns, nor replaces, a training run.
+TRAINING_AGENT_FIELDS = ("max_searches", "max_refusals", "abstract_chars")
+
+
 def run_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: list[str], val_ids: list[str]) -> str:
     """The identity of a training run: everything that changes what is learned or how it is rewarded.
 
     Checkpoints are resumed only under the same key (`prepare_out_dir`), so a changed reward, judge, prompt,
     base model or data split starts afresh instead of continuing an experiment it does not belong to. The
-    judge cache's location is left out: it changes no score.
+    judge cache's location is left out: it changes no score; so are the `agent:` settings training never reads
+    (`TRAINING_AGENT_FIELDS` names the ones it does).
     """
     from biocheck.params import plain
     from biocheck.rewards.judge.base import judge_prompt_hash
     from biocheck.train.grpo import fingerprint_inputs
 
     return fingerprint_inputs({
-        "train": plain(c.train), "agent": plain(c.agent), "search": plain(c.search),
+        "train": plain(c.train), "agent": {f: getattr(c.agent, f) for f in TRAINING_AGENT_FIELDS},
+        "search": plain(c.search),
         "reward": plain(c.reward), "judge": c.judge.spec, "judge_prompt": judge_prompt_hash(),
         "prompts": prompts.hash(), "base": base_fingerprint, "train_ids": list(train_ids), "val_ids": list(val_ids)})
 

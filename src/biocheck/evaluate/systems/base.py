@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from biocheck.agent.episode import Episode
 from biocheck.data.schema import ClaimRecord
+from biocheck.evaluate.rationale import RationaleCounts
 from biocheck.labels import Label
 
 
@@ -47,8 +48,15 @@ class Prediction(BaseModel):
     trace: str | None = None  # the episode's JSON, relative to the evaluation folder
     writes_report: bool = False
     parseable: bool | None = None  # report systems: a conclusion and no parse problems
-    eqs: float | None = None  # report systems (the judge's evidence quality)
-    ehr: float | None = None  # report systems (hallucinated / cited entries)
+    cited: int | None = None  # report systems: evidence items the report lists (both sides)
+    hallucinated: int | None = None  # of those, items whose PMID was never retrieved or whose quote is not in it
+    ehr: float | None = None  # hallucinated / cited; None when the report cites nothing (silence is not 0) or
+    # does not parse (a failure, counted by the parse rate; its items still count in micro-EHR)
+    eqs: float | None = None  # mean s of the cited items by the EQS judge (evaluate.eqs_judge); None: none judged
+    eqs_supporting: float | None = None  # the same over the supporting items only
+    eqs_refuting: float | None = None  # ... and over the refuting items only
+    eqs_reward_judge: float | None = None  # EQS by the training judge (reward.judge) when it is another judge
+    rationale: RationaleCounts | None = None  # SciFact's gold-rationale counts (datasets with rationales)
     searches: int = 0
     tokens: int = 0  # prompt + completion tokens when the backend reports them
     seconds: float = 0.0

@@ -74,6 +74,9 @@ class JudgeTrainConfig:
     seed: int = 0
     threshold: float = 0.5  # the reward's: a pair counts when its top s exceeds it (reported, not trained)
     zero_shot: bool = False  # also measure the untrained base as judge on the test pairs (one more pass)
+    # The second judge, which scores EQS at evaluation and never trains the policy (evaluate.eqs_judge): these
+    # keys of this section changed (out_dir required, e.g. {out_dir: models/judge_eqs, seed: 1, balance: true}).
+    eqs: dict[str, Any] | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
