@@ -8,8 +8,12 @@ training them again. Reported per run: the start's validation reward (step 0), t
 
 Evaluation (`--evaluate DATASET ...`): every selected checkpoint, the SFT start and the base model run as
 the BioCheck agent (the `eg_grpo` system of the evaluation harness: same tool, same prompts, same scorer)
-on the claims of those datasets -- `scifact_val` (SciFact val: the claims that select checkpoints),
-`scifact` and `healthfc` (test) -- with accuracy, macro-F1, EQS and EHR and their 95% bootstrap intervals.
+on the claims of those datasets -- `scifact` and `healthfc` (test), or `scifact_val` (SciFact val: the
+claims that selected the checkpoints, labelled "selection claims", never evidence for the method) -- with
+every headline metric of the evaluation (docs/evaluation.md: accuracy, 2-way or 3-way macro-F1, parse /
+citing / grounded rates, EHR over citing reports, micro-EHR, EQS overall and per side by the EQS judge,
+SciFact rationale F1; each with its interval and n) and paired tests by claim id: each GRPO run against
+the other variant's run of the same seed, each against the SFT start, and the SFT start against the base.
 
     .venv/bin/python bench/learning_check.py --params profiles/smol.yaml --pipeline --variants eg_grpo \
         --betas 0.04 --seeds 0 --evaluate scifact_val scifact [--limit N]
@@ -35,11 +39,12 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("BIOCHECK_TRACKING", "off")  # one MLflow run per training would drown the UI
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from biocheck.evaluate.headline import COLUMNS  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.pipeline import load_params, train_config, train_setup, train_stage  # noqa: E402
 from biocheck.train.select import checkpoint_table, choose  # noqa: E402
 
-METRICS = ("accuracy", "macro_f1", "eqs", "ehr")
+METRICS = tuple(k for k, _, _ in COLUMNS)  # every headline metric, in the evaluation's order
 
 
 def summarise(name: str, variant: str, beta: float, seed: int, out: Path, seconds: float | None,
@@ -110,27 +115,82 @@ def evaluate(params: dict, models: dict[str, str], datasets: list[str], limit: i
     return results
 
 
+def comparisons(runs: list[dict], evals: dict) -> list[tuple[str, str]]:
+    """(reference, other) model pairs the paired tests compare: each EG-GRPO run against the outcome-only run
+    of the same seed and beta, each GRPO run against the SFT start, and the SFT start against the base."""
+    names = set(evals)
+    pairs = [(a["name"], b["name"]) for a in runs for b in runs if a["variant"] == "eg_grpo"
+             and b["variant"] == "outcome_only" and (a["seed"], a["beta"]) == (b["seed"], b["beta"])]
+    pairs += [(r["name"], "sft start") for r in runs]
+    pairs.append(("sft start", "base"))
+    return [(a, b) for a, b in pairs if a in names and b in names]
+
+
+def paired(evals: dict, runs: list[dict], out: Path, datasets: list[str], n_resamples: int, seed: int) -> dict:
+    """{dataset: {"<reference> vs <other>": compare.paired_tests row}} from the models' own predictions,
+    paired by claim id."""
+    from biocheck.evaluate.compare import paired_tests
+    from biocheck.evaluate.harness import predictions_path
+    from biocheck.evaluate.systems.base import Prediction
+
+    def load(name: str, dataset: str) -> list[Prediction]:
+        path = predictions_path(out / name, "eg_grpo", dataset)
+        return [Prediction.model_validate_json(line).model_copy(update={"system": name})
+                for line in path.read_text().splitlines() if line.strip()]
+
+    result: dict = {}
+    for d in datasets:
+        for a, b in comparisons(runs, evals):
+            tests = paired_tests({a: load(a, d), b: load(b, d)}, reference=a, n_resamples=n_resamples, seed=seed)
+            result.setdefault(d, {})[f"{a} vs {b}"] = tests[b]
+    return result
+
+
 def _numbers(m: dict) -> dict:
-    return {**{k: m.get(k) for k in (*METRICS, "n", "parseable", "searches", "eqs_n", "ehr_n")},
-            "ci": {k: m["ci"].get(k) for k in METRICS}}
+    keep = ("n", "label_set", "searches", "eqs_reward_judge", "rationale", "about", *METRICS,
+            *(n for _, _, n in COLUMNS))
+    return {**{k: m.get(k) for k in keep}, "ci": {k: m["ci"].get(k) for k in METRICS}}
 
 
-def _cell(m: dict, key: str) -> str:
+def _cell(m: dict, key: str, n_key: str | None = None) -> str:
     v, ci = m.get(key), (m.get("ci") or {}).get(key) or {}
     if v is None:
         return "n/a"
     lo, hi = ci.get("lo"), ci.get("hi")
-    return f"{v:.3f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{v:.3f}"
+    n = f" n={m.get(n_key)}" if n_key and m.get(n_key) is not None else ""
+    return (f"{v:.3f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{v:.3f}") + n
 
 
 def table(evals: dict, runs: list[dict]) -> str:
     step = {r["name"]: r["selected_step"] for r in runs}
-    lines = ["| model | dataset | n | accuracy | macro-F1 | EQS (n) | EHR |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    head = "| model | dataset | " + " | ".join(label for _, label, _ in COLUMNS) + " |"
+    lines = [head, "| --- " * (2 + len(COLUMNS)) + "|"]
     for name, per in evals.items():
         label = f"{name} (step {step[name]})" if name in step else name
         for d, m in per.items():
-            lines.append(f"| {label} | {d} | {m['n']} | {_cell(m, 'accuracy')} | {_cell(m, 'macro_f1')} | "
-                         f"{_cell(m, 'eqs')} ({m.get('eqs_n') or 0}) | {_cell(m, 'ehr')} |")
+            shown = f"{d} (selection claims)" if (m.get("about") or {}).get("held_out") is False else d
+            lines.append(f"| {label} | {shown} | " + " | ".join(_cell(m, k, n) for k, _, n in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def paired_table(tests: dict) -> str:
+    from biocheck.evaluate.headline import PAIRED_NAMES
+
+    lines = ["| dataset | comparison | n | metric | Δ (reference − other) [95% CI] | p | MDD |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for d, rows in tests.items():
+        for name, t in rows.items():
+            for key, metric in PAIRED_NAMES.items():
+                st = t.get(key) or {}
+                if st.get("diff") is None:
+                    continue
+                ci = f" [{st['lo']:+.2f}, {st['hi']:+.2f}]" if st.get("lo") is not None else ""
+                p = "n/a" if st.get("p") is None else f"{st['p']:.3f}"
+                mdd = "n/a" if st.get("mdd") is None else f"{st['mdd']:.3f}"
+                lines.append(f"| {d} | {name} | {t['n']} | {metric} | {st['diff']:+.3f}{ci} | {p} | {mdd} |")
+            mc = t.get("mcnemar") or {}
+            p = "n/a" if mc.get("p") is None else f"{mc['p']:.3f}"
+            lines.append(f"| {d} | {name} | {t['n']} | McNemar b / c | {mc.get('b')} / {mc.get('c')} | {p} | |")
     return "\n".join(lines) + "\n"
 
 
@@ -195,6 +255,9 @@ def main() -> int:
     ap.add_argument("--evaluate", nargs="*", default=[], metavar="DATASET",
                     help="evaluate base, SFT start and every selected checkpoint on these (scifact_val scifact healthfc)")
     ap.add_argument("--limit", type=int, default=None, help="first N claims per dataset [default: evaluate.limit]")
+    ap.add_argument("--bootstrap", type=int, default=2000, help="resamples of the paired bootstrap")
+    ap.add_argument("--models", nargs="*", default=None, metavar="NAME",
+                    help="evaluate only these models (base, 'sft start', run names) [default: all]")
     ap.add_argument("--runs", type=Path, default=ROOT / "bench" / "runs")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "learning_check.json")
     args = ap.parse_args()
@@ -232,13 +295,17 @@ def main() -> int:
         if sft:
             models["sft start"] = sft
         models.update({r["name"]: r["checkpoint"] for r in results})
+        if args.models is not None:
+            models = {k: v for k, v in models.items() if k in args.models}
         evals = evaluate(params, models, args.evaluate, args.limit, args.runs / profile / "eval")
+        tests = paired(evals, results, args.runs / profile / "eval", args.evaluate, args.bootstrap, 0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     agg = by_variant(evals, results)
     args.out.write_text(json.dumps({"profile": profile, "summary": summary, "runs": results, "evaluation": evals,
-                                    "evaluation_by_variant": agg}, indent=2) + "\n")
+                                    "paired": tests if evals else {}, "evaluation_by_variant": agg}, indent=2) + "\n")
     if evals:
-        text = table(evals, results) + "\nOver seeds (mean (min-max, seeds with a value)):\n\n" + variant_table(agg)
+        text = (table(evals, results) + "\nPaired by claim id:\n\n" + paired_table(tests)
+                + "\nOver seeds (mean (min-max, seeds with a value)):\n\n" + variant_table(agg))
         args.out.with_suffix(".md").write_text(text)
         print(text)
     plot(results, args.out.with_suffix(".png"), f"Learning check ({profile} profile, CPU)")
