@@ -146,3 +146,32 @@ def test_a_key_echoed_by_the_server_reaches_no_output(evidence_workdir, refusing
     assert mlflow.MlflowClient().list_artifacts(run.info.run_id, "traces")  # the batch's files were logged
     assert KEY not in r.output and KEY not in caplog.text
     assert _assert_nowhere(workdir) >= 4  # traces/summary.json, mlflow.db and the artifact copies
+
+
+def test_redaction_survives_other_threads_changing_the_environment(monkeypatch):
+    """Log filters redact on every thread while Dask, MLflow or Prefect set variables on another: walking
+    os.environ then raised 'dictionary changed size during iteration' (a failed evaluate flow run in CI)
+    or a KeyError. Redaction must neither raise nor lose the secret."""
+    import os
+    import threading
+
+    monkeypatch.setenv("NCBI_API_KEY", KEY)
+    stop = threading.Event()
+
+    def churn():
+        i = 0
+        while not stop.is_set():
+            os.environ[f"BIOCHECK_CHURN_{i % 40}"] = "v"
+            os.environ.pop(f"BIOCHECK_CHURN_{(i + 20) % 40}", None)
+            i += 1
+
+    t = threading.Thread(target=churn, daemon=True)
+    t.start()
+    try:
+        outs = [redact(f"key {KEY}") for _ in range(3000)]
+    finally:
+        stop.set()
+        t.join()
+        for i in range(40):
+            os.environ.pop(f"BIOCHECK_CHURN_{i}", None)
+    assert set(outs) == {f"key {MASK}"}

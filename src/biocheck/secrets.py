@@ -22,9 +22,21 @@ PATTERN = re.compile(r".+_(API_KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 MIN_CHARS = 8
 
 
+def _environ(tries: int = 100) -> dict[str, str]:
+    """A copy of os.environ. Walking it races with any thread that sets or removes a variable meanwhile
+    (Dask, MLflow and Prefect do, and log filters run on every thread): RuntimeError 'dictionary changed
+    size during iteration' or a KeyError for a name removed mid-walk. Such a walk is retried."""
+    for _ in range(tries - 1):
+        try:
+            return dict(os.environ)
+        except (RuntimeError, KeyError):
+            continue
+    return dict(os.environ)
+
+
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """The secret values set in the environment, longest first (so a secret inside another goes too)."""
-    env = os.environ if environ is None else environ
+    env = _environ() if environ is None else environ
     values = {v.strip() for k, v in env.items() if (k.upper() in NAMES or PATTERN.match(k)) and v}
     return sorted((v for v in values if len(v) >= MIN_CHARS), key=len, reverse=True)
 
