@@ -73,7 +73,7 @@ def prefect_api():
     return prefect_test_harness(server_startup_timeout=120)
 
 
-WARM = ("flows.evaluate", "openai", "biocheck.agent.llm.openai_backend", "biocheck.evaluate.systems.agent_systems",
+WARM = ("flows.evaluate", "openai", "biocheck.llm.openai_backend", "biocheck.evaluate.systems.agent_systems",
         "biocheck.pubmed.search", "biocheck.data.prepare")  # what a shard imports on its first run
 
 

@@ -50,6 +50,7 @@ def load_pairs(n: int, seed: int, corpus: Path = CORPUS, claims: Path = CLAIMS) 
 
 
 def build_tiny(out: Path, corpus: Path) -> Path:
+    from biocheck.agent.prompts import prompt_texts
     from biocheck.models.tiny import TinyModelConfig, build_tiny_model
 
     cfg = TinyModelConfig(out_dir=out / "base", corpus=corpus)
@@ -58,7 +59,7 @@ def build_tiny(out: Path, corpus: Path) -> Path:
         synthetic.write_text("".join(json.dumps({"id": a.pmid, "title": a.title, "abstract": a.abstract}) + "\n"
                                      for _, a in load_pairs(200, 1, corpus)))
         cfg = TinyModelConfig(out_dir=out / "base", corpus=synthetic)
-    build_tiny_model(cfg)
+    build_tiny_model(cfg, prompt_texts())
     return cfg.out_dir
 
 

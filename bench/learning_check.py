@@ -41,7 +41,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from biocheck.evaluate.headline import COLUMNS  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
-from biocheck.pipeline import load_params, train_config, train_setup, train_stage  # noqa: E402
+from biocheck.params import load_params  # noqa: E402
+from biocheck.pipeline import train_config, train_setup, train_stage  # noqa: E402
 from biocheck.train.select import checkpoint_table, choose  # noqa: E402
 
 METRICS = tuple(k for k, _, _ in COLUMNS)  # every headline metric, in the evaluation's order

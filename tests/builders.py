@@ -168,7 +168,10 @@ def build_tiny_model(folder: Path) -> Path:
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": str(c["doc_id"]), "title": c["title"], "abstract": c["abstract"]})
                               + "\n" for c in CORPUS * 20))
-    build(TinyModelConfig(out_dir=folder / "base", corpus=corpus, vocab_size=600, max_docs=100, prompt_repeats=5))
+    from biocheck.agent.prompts import prompt_texts
+
+    build(TinyModelConfig(out_dir=folder / "base", corpus=corpus, vocab_size=600, max_docs=100, prompt_repeats=5),
+          prompt_texts())
     return folder / "base"
 
 

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig
-from biocheck.agent.llm import LLMError
-from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
 from biocheck.labels import Label
+from biocheck.llm import LLMError
+from biocheck.llm.scripted import ScriptedChat
 from biocheck.pubmed.search import SearchConfig, SearchTool, search_tool
 
 REPORT = """## Supporting evidence
@@ -151,7 +151,7 @@ def test_trace_round_trips_as_json(tool, tmp_path):
 # --- the real thing: the tiny model through the same graph ----------------------------------------
 
 def test_tiny_model_episode_ends_within_budget(tiny_model, tool):
-    from biocheck.agent.llm import GenerationConfig, make_llm
+    from biocheck.llm import GenerationConfig, make_llm
 
     llm = make_llm(f"transformers:{tiny_model}", GenerationConfig(max_new_tokens=24, temperature=1.0, seed=3))
     ep = Agent(llm, tool, AgentConfig(llm=llm.spec, max_searches=2, max_refusals=1)).run("Coffee causes arrhythmia.")

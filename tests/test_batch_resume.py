@@ -13,9 +13,9 @@ import logging
 import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode
-from biocheck.agent.llm import LLMError
-from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.run import run_batch, trace_name, trace_path
+from biocheck.llm import LLMError
+from biocheck.llm.scripted import ScriptedChat
 from tests.test_agent import REPORT
 from tests.test_loop_graph import TABLE, TableTool
 

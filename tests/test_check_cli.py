@@ -173,8 +173,8 @@ def assert_one_clear_line(r, *phrases: str) -> str:
 @pytest.fixture
 def dead_model(monkeypatch):
     """The scripted model behaves like an unreachable server for claims that mention 'Coffee'."""
-    from biocheck.agent.llm import LLMError
-    from biocheck.agent.llm.scripted import ScriptedChat
+    from biocheck.llm import LLMError
+    from biocheck.llm.scripted import ScriptedChat
 
     real = ScriptedChat.chat
 

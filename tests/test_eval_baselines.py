@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from biocheck.agent.episode import Episode
-from biocheck.agent.llm.base import AssistantTurn, LLMError, ToolCall
+from biocheck.build import make_search_tool
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.base import System
@@ -22,7 +22,7 @@ from biocheck.evaluate.systems.no_retrieval import NoRetrieval
 from biocheck.evaluate.systems.rankers import BM25Ranker, EncoderRanker, make_ranker
 from biocheck.evaluate.systems.verdict import NO_LABEL, read_verdict
 from biocheck.labels import DISPLAY, Label
-from biocheck.pipeline import make_search_tool
+from biocheck.llm.base import AssistantTurn, LLMError, ToolCall
 from biocheck.pubmed.search import SearchConfig, ToolOutput, article_dict
 from biocheck.pubmed.types import Article
 

@@ -13,12 +13,11 @@ import pytest
 import yaml
 from flows.evaluate import evaluate_flow, main, shard_task  # Prefect's log handlers bind stderr now, not a test's
 
-from biocheck import pipeline
-from biocheck.agent.llm.base import LLMError
+from biocheck import build, pipeline
 from biocheck.data.schema import ClaimRecord
-from biocheck.evaluate.shards import Shard, plan
+from biocheck.evaluate.shards import Shard, plan, split
 from biocheck.io import InputError
-from biocheck.orchestration.dask import split
+from biocheck.llm.base import LLMError
 from tests.builders import write_test_splits
 from tests.fake_openai import FakeOpenAI, assistant
 
@@ -173,7 +172,7 @@ def local_models(project) -> dict:
     for folder in ("models/base", "models/selected", "models/selected_outcome_only", "runs/ckpt-7"):
         (project / folder).mkdir(parents=True)
         (project / folder / "config.json").write_text("{}")
-    return pipeline.params_of("params.yaml")
+    return build.params_of("params.yaml")
 
 
 @pytest.mark.parametrize("model, spec", [

@@ -9,8 +9,6 @@ import threading
 import pytest
 
 from biocheck.agent.episode import AgentConfig, Episode
-from biocheck.agent.llm.base import LLMError
-from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate import compare, stage
@@ -20,6 +18,8 @@ from biocheck.evaluate.systems.agent_systems import AgentSystem
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import InputError
 from biocheck.labels import Label
+from biocheck.llm.base import LLMError
+from biocheck.llm.scripted import ScriptedChat
 from biocheck.pubmed.search import SearchConfig, search_tool
 from tests.test_agent import REPORT, search
 

@@ -19,8 +19,8 @@ N = 6
 # The child: `biocheck evaluate` in-process with a model that records every call and is slow enough to kill.
 CHILD = """
 import re, sys, time
-import biocheck.agent.llm as llm_mod
-from biocheck.agent.llm.scripted import ScriptedChat
+import biocheck.llm as llm_mod
+from biocheck.llm.scripted import ScriptedChat
 
 class Slow(ScriptedChat):
     def chat(self, messages, tools):

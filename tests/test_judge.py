@@ -40,13 +40,14 @@ PAIRS = [(CLAIM, a) for a in ARTICLES] + [("Aspirin prevents stroke.", ARTICLES[
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
+    from biocheck.agent.prompts import prompt_texts
     from biocheck.models.tiny import build_tiny_model
 
     tmp = tmp_path_factory.mktemp("judge")
     corpus = write_corpus(tmp / "corpus.jsonl", n_docs=60)
     cfg = small_config(tmp, corpus, vocab_size=600, prompt_repeats=5, hidden_size=32, intermediate_size=64,
                        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    build_tiny_model(cfg)
+    build_tiny_model(cfg, prompt_texts())
     return cfg.out_dir
 
 

@@ -11,7 +11,7 @@ import threading
 import httpx
 import pytest
 
-from biocheck.agent.llm.openai_backend import OpenAIChat
+from biocheck.llm.openai_backend import OpenAIChat
 from biocheck.pubmed.types import Article
 from biocheck.rewards import judge as judge_mod
 from biocheck.rewards.judge import (

@@ -234,7 +234,7 @@ def test_judge_train_cli_writes_the_judge_and_fails_in_one_line(prepared, tiny_m
 
 
 def test_prompt_rows_find_the_claim_and_paper_tokens_of_the_chat_prompt(tiny_model):
-    from biocheck.models.load import load_causal_lm
+    from biocheck.llm.load import load_causal_lm
     from biocheck.pubmed.types import Article
     from biocheck.rewards.judge.align_judge import prompt_rows
 
@@ -306,8 +306,8 @@ def test_the_cues_come_from_the_sentences_that_match_the_claim():
 
 
 def test_cue_polarity_counts_direction_words_and_flips_on_negation():
-    from biocheck.agent.tools import sentence_spans, split_sentences
     from biocheck.rewards.judge.cues import counts, cue_features
+    from biocheck.text import sentence_spans, split_sentences
 
     assert counts("Levels did not increase; they were reduced and lower.") == (1, 1, 2)
     text = 'It rose. It fell (a lot). 3 mice died. [Methods] Mice. "Quoted" end.'

@@ -52,7 +52,7 @@ def alone(word):
 
 @pytest.fixture(scope="module")
 def loaded(tiny_model):
-    from biocheck.models.load import load_causal_lm
+    from biocheck.llm.load import load_causal_lm
 
     model, tok, _ = load_causal_lm(tiny_model, "cpu")
     return model, tok

@@ -16,7 +16,7 @@ PAPER = Article(pmid="1", title="Vitamin D trial", abstract="Vitamin D supplemen
 
 @pytest.fixture(scope="module")
 def loaded(tiny_model):
-    from biocheck.models.load import load_causal_lm
+    from biocheck.llm.load import load_causal_lm
 
     model, tok, _ = load_causal_lm(tiny_model, "cpu")
     return model, tok
@@ -28,7 +28,7 @@ def test_batch_size_must_be_positive():
 
 
 def test_a_model_path_spec_and_fingerprint(tiny_model):
-    from biocheck.agent.llm.transformers_backend import model_fingerprint
+    from biocheck.llm.load import model_fingerprint
 
     j = TransformersJudge(f"transformers:{tiny_model}", batch_size=1)
     assert j.spec == f"transformers:{tiny_model}" and j.path == tiny_model and j.batch_size == 1

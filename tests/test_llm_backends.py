@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig
-from biocheck.agent.llm import LLMError, make_llm
-from biocheck.agent.llm.base import GenerationConfig
-from biocheck.agent.llm.openai_backend import OpenAIChat
 from biocheck.agent.tools import tool_schema
 from biocheck.labels import Label
+from biocheck.llm import LLMError, make_llm
+from biocheck.llm.base import GenerationConfig
+from biocheck.llm.openai_backend import OpenAIChat
 from biocheck.pubmed.search import SearchConfig, search_tool
 from tests.fake_openai import FakeOpenAI as SharedFakeOpenAI
 from tests.fake_openai import assistant
@@ -75,7 +75,7 @@ def test_openai_gives_up_with_a_clear_error(monkeypatch):
 
 
 def test_non_json_arguments_are_kept_readable():
-    from biocheck.agent.llm.openai_backend import _arguments
+    from biocheck.llm.openai_backend import _arguments
 
     assert _arguments('{"query": "a AND b"}') == {"query": "a AND b"}
     assert _arguments("aspirin bleeding") == {"query": "aspirin bleeding"}
@@ -84,8 +84,8 @@ def test_non_json_arguments_are_kept_readable():
 
 # Modules on CPU code paths: the CLI, the agent, rewards and judges, and the training wiring.
 CPU_MODULES = [
-    "biocheck.cli", "biocheck.agent.llm", "biocheck.agent.episode", "biocheck.agent.graph", "biocheck.agent.run",
-    "biocheck.agent.llm.transformers_backend", "biocheck.agent.llm.openai_backend", "biocheck.rewards.components",
+    "biocheck.cli", "biocheck.llm", "biocheck.agent.episode", "biocheck.agent.graph", "biocheck.agent.run",
+    "biocheck.llm.transformers_backend", "biocheck.llm.openai_backend", "biocheck.rewards.components",
     "biocheck.evaluate.score", "biocheck.rewards.judge", "biocheck.rewards.judge.transformers_judge",
     "biocheck.train.env", "biocheck.train.reward_funcs", "biocheck.train.dataset", "biocheck.train.demos",
     "biocheck.train.grpo", "biocheck.train.sft", "biocheck.train.select", "biocheck.train.stage",
@@ -100,7 +100,7 @@ marker = pathlib.Path(sys.argv[1])
 for name in sys.argv[2:]:
     importlib.import_module(name)
 print("after cpu imports:", marker.exists())
-from biocheck.agent.llm import make_llm
+from biocheck.llm import make_llm
 try:
     make_llm("vllm:some-model")
 except Exception as e:

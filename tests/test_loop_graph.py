@@ -19,10 +19,10 @@ from biocheck.agent import graph as graph_mod
 from biocheck.agent.budget import QueryRecord, SearchBudget
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
-from biocheck.agent.llm.base import AssistantTurn, LLMError, ToolCall
-from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, format_results, unknown_tool
+from biocheck.llm.base import AssistantTurn, LLMError, ToolCall
+from biocheck.llm.scripted import ScriptedChat
 from biocheck.pubmed.search import ToolOutput, article_dict
 from biocheck.pubmed.types import Article
 from tests.test_agent import REPORT
@@ -318,7 +318,7 @@ def test_timing_counts_a_failed_llm_call(monkeypatch):
 
 
 def test_token_usage_is_kept_on_the_message_and_never_sent_back_to_a_server():
-    from biocheck.agent.llm.openai_backend import _wire
+    from biocheck.llm.openai_backend import _wire
 
     usage = {"prompt_tokens": 120, "completion_tokens": 30}
     llm = TurnLLM([AssistantTurn(content=REPORT, raw="<r>", usage=usage)])

@@ -10,13 +10,13 @@ from dataclasses import asdict
 import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode, QueryRecord
-from biocheck.agent.llm import GenerationConfig
-from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.run import read_claims, run_batch, summarize, trace_path, write_trace
+from biocheck.build import make_agent
 from biocheck.io import InputError
 from biocheck.labels import Label
-from biocheck.pipeline import make_agent
+from biocheck.llm import GenerationConfig
+from biocheck.llm.scripted import ScriptedChat
 from biocheck.pubmed.search import SearchConfig
 from tests.test_agent import REPORT
 from tests.test_loop_graph import A1, A1_EDITED, A2, TABLE, TableTool, calls
@@ -99,7 +99,7 @@ def test_no_gold_label_and_no_ids_by_default():
 def test_the_final_text_is_only_an_assistants():
     class Dead(ScriptedChat):
         def chat(self, messages, tools):
-            from biocheck.agent.llm import LLMError
+            from biocheck.llm import LLMError
 
             raise LLMError("down")
 
@@ -107,7 +107,7 @@ def test_the_final_text_is_only_an_assistants():
     assert ep.messages[-1]["role"] == "user" and ep.final_text == "" and ep.report.conclusion is None
 
 
-# -- pipeline.make_agent ------------------------------------------------------------------------------------------
+# -- build.make_agent --------------------------------------------------------------------------------------------
 
 
 def test_build_agent_passes_the_generation_settings_and_the_search_backend(monkeypatch, evidence):
@@ -117,7 +117,7 @@ def test_build_agent_passes_the_generation_settings_and_the_search_backend(monke
         seen["spec"], seen["gen"] = spec, gen
         return ScriptedChat([], spec=spec)
 
-    import biocheck.agent.llm as llm_mod
+    import biocheck.llm as llm_mod
 
     monkeypatch.setattr(llm_mod, "make_llm", fake_make_llm)
     search_cfg, _ = evidence
@@ -305,11 +305,11 @@ def test_by_default_one_episode_at_a_time_with_a_progress_bar_into_a_new_folder(
     assert "| 2/2 [" in capsys.readouterr().err
 
 
-# -- the scripted model's file (agent/llm/scripted.py) --------------------------------------------------------------
+# -- the scripted model's file (llm/scripted.py) --------------------------------------------------------------
 
 @pytest.mark.parametrize("arguments", [[1, 2], 5, True, "[1, 2]", "7"])
 def test_scripted_tool_arguments_that_are_not_an_object_are_refused_when_loading(tmp_path, arguments):
-    from biocheck.agent.llm import LLMError
+    from biocheck.llm import LLMError
 
     p = tmp_path / "s.json"
     p.write_text(json.dumps([{"content": "x"}, {"tool_calls": [{"name": "search_pubmed", "arguments": arguments}]}]))
@@ -327,7 +327,7 @@ def test_scripted_tool_arguments_objects_json_strings_and_plain_text(tmp_path, a
 
 
 def test_a_folder_as_script_is_an_llm_error(tmp_path):
-    from biocheck.agent.llm import LLMError
+    from biocheck.llm import LLMError
 
     with pytest.raises(LLMError, match=rf"^scripted: {re.escape(str(tmp_path))} is a folder; give a JSON file"):
         ScriptedChat.from_file(tmp_path)

@@ -9,7 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from biocheck.evaluate.metrics import (
+from biocheck.labels import Label
+from biocheck.metrics import (
     LABEL_SETS,
     OTHER,
     aggregate,
@@ -18,7 +19,6 @@ from biocheck.evaluate.metrics import (
     classification_metrics,
     evidence_metrics,
 )
-from biocheck.labels import Label
 from biocheck.rewards.components import EntryScore, RewardBreakdown
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics")

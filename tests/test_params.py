@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from biocheck import build as b
 from biocheck import pipeline as pl
 from biocheck.io import InputError
 from biocheck.params import load_params
@@ -43,15 +44,15 @@ def _plain(value: Any) -> Any:
 
 def build_all(params: dict[str, Any]) -> dict[str, Any]:
     """Every config the pipeline builds from params, as plain data."""
-    p = pl.params_of(params)
-    reward, judge = pl.reward_config(p)
-    built = {"fetch": pl.fetch_config(p), "data": pl.prepare_config(p), "validate": pl.validate_config(p),
-             "evidence": pl.evidence_config(p), "search": pl.search_config(p), "model": pl.model_config(p),
-             "agent": pl.agent_config(p), "reward": reward, "reward_judge": judge, "judge": pl.judge_config(p),
-             "judge_eqs": pl.judge_config(p, eqs=True) if (p.get("judge") or {}).get("eqs") else None,
+    p = b.params_of(params)
+    reward, judge = b.reward_config(p)
+    built = {"fetch": b.fetch_config(p), "data": b.prepare_config(p), "validate": b.validate_config(p),
+             "evidence": b.evidence_config(p), "search": b.search_config(p), "model": b.model_config(p),
+             "agent": b.agent_config(p), "reward": reward, "reward_judge": judge, "judge": b.judge_config(p),
+             "judge_eqs": b.judge_config(p, eqs=True) if (p.get("judge") or {}).get("eqs") else None,
              "audit": pl.audit_config(p), "train": pl.train_config(p),
              "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p),
-             "orchestrate": pl.orchestrate_config(p), "tracking": pl.tracking_config(p)}
+             "orchestrate": pl.orchestrate_config(p), "tracking": b.tracking_config(p)}
     return _plain(built)
 
 
@@ -163,8 +164,8 @@ def _accepted_keys() -> list:
         for f in dataclasses.fields(getattr(importlib.import_module(module), cls)):
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             out.append((section, f.name, _plain(default)))
-    judge = pl.JudgeConfig()
-    out += [("reward", key, _plain(getattr(judge, field))) for key, field in pl.JUDGE_KEYS.items()]
+    judge = b.JudgeConfig()
+    out += [("reward", key, _plain(getattr(judge, field))) for key, field in b.JUDGE_KEYS.items()]
     return [pytest.param(*x, id=f"{x[0]}.{x[1]}") for x in out]
 
 
@@ -178,7 +179,7 @@ def test_every_key_a_section_accepts_is_read(section, key, default):
 
 def test_the_check_catches_a_dropped_key(monkeypatch):
     """The bug this file exists for: reward.judge_batch_size accepted, then never reaching the judge."""
-    real = pl.reward_config
+    real = b.reward_config
 
     def dropping(params, **overrides):
         params = copy.deepcopy(params)
@@ -188,11 +189,12 @@ def test_the_check_catches_a_dropped_key(monkeypatch):
     params = profile("quickstart")
     before = build_all(params)
     assert _reads(params, ("reward", "judge_batch_size"), 3, before)
-    monkeypatch.setattr(pl, "reward_config", dropping)
+    monkeypatch.setattr(b, "reward_config", dropping)
+    monkeypatch.setattr(pl, "reward_config", dropping)  # train_setup reads it through the pipeline
     assert not _reads(params, ("reward", "judge_batch_size"), 3, before)
 
 
-@pytest.mark.parametrize("section", [s for s in pl.SECTIONS if s not in NOT_A_CONFIG])
+@pytest.mark.parametrize("section", [s for s in b.SECTIONS if s not in NOT_A_CONFIG])
 def test_an_unknown_key_is_rejected_naming_it(section):
     params = profile("quickstart")
     params[section]["judge_batchsize"] = 8
@@ -210,10 +212,10 @@ def test_an_unknown_section_is_rejected_naming_it():
 def test_judge_keys_reach_the_judge_config():
     params = profile("quickstart")
     params["reward"].update(judge="openai:m", judge_cache="j.sqlite", judge_batch_size=3)
-    _, judge = pl.reward_config(params)
+    _, judge = b.reward_config(params)
     assert (judge.spec, judge.cache, judge.batch_size) == ("openai:m", Path("j.sqlite"), 3)
     params["reward"]["judge_cache"] = None
-    assert pl.reward_config(params)[1].cache is None
+    assert b.reward_config(params)[1].cache is None
 
 
 @pytest.mark.parametrize("name", PROFILES)
@@ -225,7 +227,10 @@ def test_every_stage_config_builds_from_each_profile(name):
         if section in NOT_A_CONFIG:
             continue
         for key, value in values.items():
-            where = ("reward_judge", pl.JUDGE_KEYS[key]) if section == "reward" and key in pl.JUDGE_KEYS else (section, key)
+            if (section, key) == ("judge", "eqs"):  # the EQS judge's own config takes each key it changes
+                assert all(built["judge_eqs"][k] == v for k, v in value.items()), f"{name}: judge.eqs"
+                continue
+            where = ("reward_judge", b.JUDGE_KEYS[key]) if section == "reward" and key in b.JUDGE_KEYS else (section, key)
             assert built[where[0]][where[1]] == value, f"{name}: {section}.{key}"
 
 
@@ -236,12 +241,12 @@ def test_paths_shared_between_stages_come_from_one_key(name):
     for section, key in [("data", "raw_dir"), ("data", "out_dir"), ("evidence", "index_dir"), ("evidence", "store"),
                          ("train", "out_dir")]:
         p[section][key] = f"elsewhere/{section}_{key}"
-    search, evidence = pl.search_config(p), pl.evidence_config(p)
+    search, evidence = b.search_config(p), b.evidence_config(p)
     assert (str(search.index_dir), str(search.store)) == (p["evidence"]["index_dir"], p["evidence"]["store"])
-    assert str(pl.fetch_config(p).raw_dir) == p["data"]["raw_dir"]
-    assert str(pl.validate_config(p).prepared_dir) == p["data"]["out_dir"]
+    assert str(b.fetch_config(p).raw_dir) == p["data"]["raw_dir"]
+    assert str(b.validate_config(p).prepared_dir) == p["data"]["out_dir"]
     corpus = str(Path(p["data"]["out_dir"]) / "corpus.jsonl")
-    assert str(evidence.corpus) == corpus and str(pl.model_config(p).corpus) == corpus
+    assert str(evidence.corpus) == corpus and str(b.model_config(p).corpus) == corpus
     assert str(pl.select_config(p).checkpoints) == p["train"]["out_dir"]
 
 
@@ -249,28 +254,28 @@ def test_an_error_from_a_params_file_names_that_file(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("search: {max_results: 0}\n")
     with pytest.raises(InputError, match=r"mine.yaml, section 'search': search.max_results"):
-        pl.search_config(pl.params_of(path))
+        b.search_config(b.params_of(path))
 
 
 def test_an_error_from_an_override_names_the_option_not_the_file(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("search: {max_results: 3}\n")
     with pytest.raises(InputError, match=r"^-n 0: search.max_results: 0 must be between") as e:
-        pl.search_config(pl.params_of(path), options={"max_results": "-n"}, max_results=0)
+        b.search_config(b.params_of(path), options={"max_results": "-n"}, max_results=0)
     assert "mine.yaml" not in str(e.value)
     with pytest.raises(InputError, match=r"^--max-results 0: "):  # the default option name
-        pl.search_config(pl.params_of(path), max_results=0)
+        b.search_config(b.params_of(path), max_results=0)
     with pytest.raises(InputError, match=r"^--mode x: search.mode"):  # only the option that broke it
-        pl.search_config(pl.params_of(path), mode="x", max_results=4)
+        b.search_config(b.params_of(path), mode="x", max_results=4)
 
 
 def test_judge_stage_reads_model_and_data_and_refuses_an_untrained_judge_as_reward_judge():
     params = profile("quickstart")
     params["judge"].pop("base")
     params["model"]["out_dir"] = "models/other"
-    assert pl.judge_config(params).base == Path("models/other")  # the policy's backbone by default
+    assert b.judge_config(params).base == Path("models/other")  # the policy's backbone by default
     params["judge"]["train"] = False  # while reward.judge still names models/judge
     with pytest.raises(InputError, match=r"reward.judge is transformers:models/judge but judge.train is false"):
-        pl.judge_config(params)
+        b.judge_config(params)
     params["reward"]["judge"] = "transformers:models/other"
-    assert pl.judge_config(params).train is False
+    assert b.judge_config(params).train is False

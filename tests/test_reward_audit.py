@@ -12,13 +12,13 @@ import yaml
 from typer.testing import CliRunner
 
 from biocheck.agent.episode import AgentConfig
-from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.agent.prompts import Prompts
 from biocheck.cli import app
 from biocheck.data.schema import ClaimRecord, GoldEvidence
 from biocheck.evaluate.audit import AuditConfig, AuditSetup, audit, pick_claims, warnings
 from biocheck.evaluate.systems.agent_systems import AgentSystem
 from biocheck.labels import Label
+from biocheck.llm.scripted import ScriptedChat
 from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.pubmed.types import Article
 from biocheck.rewards.components import RewardConfig

@@ -20,9 +20,9 @@ from biocheck.agent import tools as tools_mod
 from biocheck.agent.budget import QueryRecord, SearchBudget
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.graph import tool_messages
-from biocheck.agent.llm.base import AssistantTurn, ToolCall
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, TOOL_NAME, format_results
+from biocheck.llm.base import AssistantTurn, ToolCall
 from biocheck.pubmed.search import ToolOutput
 from biocheck.train.env import env_factory, make_env
 from tests.test_agent import REPORT
@@ -308,8 +308,8 @@ def test_the_system_prompt_and_the_tool_description_state_the_tools_paper_count(
 
 
 def test_the_quickstart_tool_says_what_the_quickstart_search_returns(evidence_workdir, tmp_path):
-    from biocheck.pipeline import agent as make_agent_from_params
-    from biocheck.pipeline import make_prompts
+    from biocheck.build import agent as make_agent_from_params
+    from biocheck.build import make_prompts
 
     script = tmp_path / "script.json"
     script.write_text("[]")

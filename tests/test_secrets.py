@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from biocheck.agent.llm import LLMError
-from biocheck.agent.llm.openai_backend import OpenAIChat
 from biocheck.cli import app
+from biocheck.llm import LLMError
+from biocheck.llm.openai_backend import OpenAIChat
 from biocheck.pubmed.types import Article
 from biocheck.secrets import MASK, redact, secret_values
 from tests.fake_openai import FakeOpenAI

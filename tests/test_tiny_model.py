@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from biocheck.agent.prompts import prompt_texts
 from biocheck.io import InputError
+from biocheck.llm.resolve import ModelNotFoundError, resolve_model
 from biocheck.models import tiny
-from biocheck.models.resolve import ModelNotFoundError, resolve_model
 from biocheck.models.tiny import CONTROL_TOKENS, SPECIAL_TOKENS, TinyModelConfig, build_tiny_model
 
 _WORDS = ("vitamin", "supplementation", "fracture", "risk", "elderly", "patients", "randomized", "trial",
@@ -83,7 +84,7 @@ def corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, corpus):
     cfg = small_config(tmp_path_factory.mktemp("build"), corpus)
-    stats = build_tiny_model(cfg)
+    stats = build_tiny_model(cfg, prompt_texts())
     return cfg, stats
 
 
@@ -145,7 +146,7 @@ def test_special_and_control_tokens_are_single_ids(tokenizer):
 
 
 def test_prompt_words_tokenise_well(tokenizer):
-    text = "\n".join(tiny.prompt_texts())
+    text = "\n".join(prompt_texts())
     assert len(text) / len(tokenizer.encode(text)) > 2.5  # chars per token (bytes alone: ~1; vocab 1024 here)
     for word in ("search_pubmed", " PMID", " Quote", " evidence"):
         assert len(tokenizer.encode(word)) <= 2, (word, tokenizer.tokenize(word))
@@ -231,12 +232,12 @@ def test_same_seed_is_byte_identical_and_seed_changes_weights(tmp_path, built, c
 
     cfg0, stats0 = built
     rng = torch.get_rng_state()
-    again = build_tiny_model(small_config(tmp_path / "a", corpus))
+    again = build_tiny_model(small_config(tmp_path / "a", corpus), prompt_texts())
     assert torch.equal(torch.get_rng_state(), rng)  # seeded init does not reseed the caller
     assert again["sha256"] == stats0["sha256"]
     assert tree_bytes(tmp_path / "a" / "model") == tree_bytes(cfg0.out_dir)  # every file, not just the weights
 
-    other = build_tiny_model(small_config(tmp_path / "b", corpus, seed=1))
+    other = build_tiny_model(small_config(tmp_path / "b", corpus, seed=1), prompt_texts())
     assert other["sha256"] != stats0["sha256"]
     a, b = tree_bytes(cfg0.out_dir), tree_bytes(tmp_path / "b" / "model")
     assert a["tokenizer.json"] == b["tokenizer.json"]  # the seed only drives the weights
@@ -246,8 +247,9 @@ def test_same_seed_is_byte_identical_and_seed_changes_weights(tmp_path, built, c
 def test_byte_identical_across_processes(tmp_path, built, corpus):
     """A fresh interpreter (other hash seed, other thread count) builds the very same files."""
     code = ("import sys; from pathlib import Path; from biocheck.models.tiny import TinyModelConfig, build_tiny_model; "
+            "from biocheck.agent.prompts import prompt_texts; "
             "build_tiny_model(TinyModelConfig(out_dir=Path(sys.argv[1]), corpus=Path(sys.argv[2]), vocab_size=1024, "
-            "max_docs=100, prompt_repeats=20, max_position_embeddings=4096))")
+            "max_docs=100, prompt_repeats=20, max_position_embeddings=4096), prompt_texts())")
     env = {**os.environ, "PYTHONHASHSEED": "123", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "m"), str(corpus)], check=True, env=env, timeout=300)
     assert tree_bytes(tmp_path / "m") == tree_bytes(built[0].out_dir)
@@ -306,7 +308,7 @@ def test_resolve_file_is_not_a_model(tmp_path):
 
 def _resolve_in_subprocess(ref: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
     """resolve_model in a fresh interpreter (clean HF env); the timeout is the "no hang" bound."""
-    code = ("import sys\nfrom biocheck.models.resolve import resolve_model, ModelNotFoundError\n"
+    code = ("import sys\nfrom biocheck.llm.resolve import resolve_model, ModelNotFoundError\n"
             "try:\n    resolve_model(sys.argv[1])\nexcept ModelNotFoundError as e:\n    print(e); sys.exit(3)\n")
     base = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     base |= {"HF_HOME": str(tmp_path / "hf"), **env}

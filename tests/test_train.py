@@ -215,7 +215,8 @@ def test_each_checkpoint_needs_a_validation_reward():
 
 
 def test_train_setup_reads_every_section_and_the_overrides():
-    from biocheck.pipeline import JudgeConfig, agent_config, model_config, reward_config, search_config, train_config
+    from biocheck.build import JudgeConfig, agent_config, model_config, reward_config, search_config
+    from biocheck.pipeline import train_config
 
     params = _params(judge="openai:j", judge_cache="somewhere/j.sqlite")
     params["train"]["search_backend"] = "replay"
@@ -547,8 +548,8 @@ class _Wiring:
 
         import transformers
 
-        import biocheck.agent.llm.transformers_backend as tb
         import biocheck.data.prepare as prep
+        import biocheck.llm.load as tb
         import biocheck.pubmed.search as search_mod
         import biocheck.rewards.judge as judge_mod
         import biocheck.train.dataset as data_mod

@@ -11,8 +11,8 @@ import inspect
 import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig
-from biocheck.agent.llm.scripted import ScriptedChat
 from biocheck.data.schema import ClaimRecord
+from biocheck.llm.scripted import ScriptedChat
 from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.train.dataset import to_rows
 from biocheck.train.env import SearchEnv, ToolTable, make_env

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from biocheck.agent.llm.base import AssistantTurn, ChatLLM, GenerationConfig, LLMError, ToolCall
-from biocheck.agent.llm.transformers_backend import TransformersChat, model_fingerprint, parse_completion
+from biocheck.agent.prompts import prompt_texts
+from biocheck.llm.base import AssistantTurn, ChatLLM, GenerationConfig, LLMError, ToolCall
+from biocheck.llm.load import model_fingerprint
+from biocheck.llm.transformers_backend import TransformersChat, parse_completion
 from biocheck.models.tiny import build_tiny_model
 from tests.test_tiny_model import small_config, write_corpus
 
@@ -43,7 +45,7 @@ QUERY = '(aspirin OR "acetylsalicylic acid") AND stroke[tiab] AND 2020'
 def model_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tiny")
     cfg = small_config(root, write_corpus(root / "corpus.jsonl"), max_position_embeddings=2048)
-    build_tiny_model(cfg)
+    build_tiny_model(cfg, prompt_texts())
     return cfg.out_dir
 
 
@@ -279,6 +281,6 @@ def test_dir_without_a_model_is_an_llm_error(tmp_path):
 def test_the_context_length_is_read_whatever_the_config_calls_it(config, expected):
     from types import SimpleNamespace
 
-    from biocheck.agent.llm.transformers_backend import context_length
+    from biocheck.llm.transformers_backend import context_length
 
     assert context_length(SimpleNamespace(**config)) == expected

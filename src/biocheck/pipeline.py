@@ -1,226 +1,57 @@
-"""The one wiring module: params -> typed configs -> components, and one function per pipeline stage.
+"""The pipeline's stages: one function per DVC stage (`fetch_stage` ... `evaluate_stage`, plus `refresh_stage`
+and `audit_stage`), the configs of the stages above the build layer (train, select, evaluate, orchestrate,
+audit), and what those stages need (the training setup, the evaluation's model policy and setup).
 
-`cli.py` (and through it DVC), the Prefect flows in `flows/` and the benchmarks in `bench/` call only
-these functions; no other module reads params.yaml or assembles an agent, a search tool or a judge.
-Each stage function takes the params (a file path or an already loaded dict) plus command-line
-overrides, runs the stage and records it in MLflow.
-
-Sections and who reads them:
-  fetch -> FetchConfig          data -> PrepareConfig         validate -> ValidateConfig
-  evidence -> EvidenceConfig    search -> SearchConfig        model -> ModelConfig
-  agent -> AgentConfig          reward -> RewardConfig + JudgeConfig
-  judge -> JudgeTrainConfig (the judge stage: trains the judge reward.judge names)
-  audit -> AuditConfig (the reward-signal audit, before training)
-  train -> TrainConfig          select -> SelectConfig        profile: the profile's name
-  tracking -> tracking.TrackingConfig (MLflow experiment names; read by every stage, a param of none)
-A section or key that nothing reads is an error, so a typo never silently does nothing.
+Only `cli.py` (and through it DVC), the Prefect flows in `flows/` and the benchmarks in `bench/` import it;
+the configs and components below it are `biocheck.build`'s. Each stage function takes the params (a file
+path or an already loaded dict) plus command-line overrides, runs the stage and records it in MLflow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from biocheck import tracking
+from biocheck.build import (
+    agent_config,
+    evidence_config,
+    fetch_config,
+    judge_config,
+    make_judge,
+    model_config,
+    params_of,
+    prepare_config,
+    prepared_dir,
+    refresh_config,
+    reward_config,
+    search_config,
+    sft_dir,
+    tracked,
+    validate_config,
+    variant_path,
+    variant_suffix,
+    with_default,
+)
 from biocheck.io import InputError
-from biocheck.params import DEFAULT_PARAMS, Params, load_params, plain, raw_section, section, source
+from biocheck.llm.spec import split_spec
+from biocheck.params import DEFAULT_PARAMS, plain, raw_section, section
 
 log = logging.getLogger(__name__)
 
-SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "judge",
-            "audit", "train", "select", "evaluate", "orchestrate", "tracking")
 
-
-def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
-    """Loaded params (a path is read); unknown top-level sections are an error."""
-    p = params if isinstance(params, dict) else load_params(params)
-    unknown = sorted(k for k in p if k not in SECTIONS)
-    if unknown:
-        raise InputError(f"{source(p)}: unknown section(s) {', '.join(unknown)}; known sections: {', '.join(SECTIONS)}.")
-    return p
-
-
-# --- params -> configs -------------------------------------------------------------------------------
-
-def _shared(params: dict[str, Any], name: str, key: str, owner: str,
-            values: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Section `name` (or `values` read from it) with `key` taken from `owner` ("section.key"): one key for a
-    path two stages share, so they cannot disagree. Setting it in `name` too is an error, not an override."""
-    values = raw_section(params, name) if values is None else values
-    if key in values:
-        raise InputError(f"{source(params)}: {name}.{key} is not a key of its own: it is {owner} (one key, so the "
-                         f"stages agree); remove {name}.{key} and set {owner}.")
-    owner_section, owner_key = owner.split(".")
-    value = raw_section(params, owner_section).get(owner_key)
-    if value is not None:
-        values[key] = value
-    return values
-
-
-def _default(params: dict[str, Any], name: str, key: str, value: Any) -> dict[str, Any]:
-    """Section `name` with `key` defaulting to `value` (derived from another section) when the file omits it."""
-    values = raw_section(params, name)
-    if key not in values and value is not None:
-        values[key] = value
-    return values
-
-
-def fetch_config(params: dict[str, Any], **overrides: Any):
-    from biocheck.data.fetch import FetchConfig
-
-    # Files land where `prepare` reads them: one key (data.raw_dir), not two that could disagree.
-    cfg = section(params, "fetch", FetchConfig, values=_shared(params, "fetch", "raw_dir", "data.raw_dir"), **overrides)
-    cfg.raw_dir = Path(cfg.raw_dir)
-    return cfg
-
-
-def prepare_config(params: dict[str, Any], **overrides: Any):
-    from biocheck.data.prepare import PrepareConfig
-
-    return section(params, "data", PrepareConfig, **overrides)
-
-
-def validate_config(params: dict[str, Any], **overrides: Any):
-    from biocheck.data.validate import ValidateConfig
-
-    # Validate what `prepare` wrote: its folder comes from data.out_dir, not a second key.
-    values = _shared(params, "validate", "prepared_dir", "data.out_dir")
-    return section(params, "validate", ValidateConfig, values=values, **overrides)
-
-
-def prepared_dir(params: dict[str, Any]) -> Path:
-    return Path(raw_section(params, "data").get("out_dir") or "data/prepared")
-
-
-def evidence_config(params: dict[str, Any], **overrides: Any):
-    from biocheck.pubmed.build import EvidenceConfig
-
-    values = _default(params, "evidence", "corpus", str(prepared_dir(params) / "corpus.jsonl"))
-    return section(params, "evidence", EvidenceConfig, values=values, **overrides)
-
-
-def search_config(params: dict[str, Any], **overrides: Any):
-    """The search tool's config; the index and store paths are the evidence stage's (one key each)."""
-    from biocheck.pubmed.search import SearchConfig
-
-    values = raw_section(params, "search")
-    for key in ("index_dir", "store"):
-        values = _shared(params, "search", key, f"evidence.{key}", values)
-    return section(params, "search", SearchConfig, values=values, **overrides)
-
-
-def agent_config(params: dict[str, Any], **overrides: Any):
-    from biocheck.agent.episode import AgentConfig
-
-    return section(params, "agent", AgentConfig, **overrides)
-
-
-def model_config(params: dict[str, Any], **overrides: Any):
-    from biocheck.models.stage import ModelConfig
-
-    values = _default(params, "model", "corpus", str(prepared_dir(params) / "corpus.jsonl"))
-    return section(params, "model", ModelConfig, values=values, **overrides)
-
+# --- the configs of the stages above the build layer ----------------------------------------------------
 
 def train_config(params: dict[str, Any], **overrides: Any):
     from biocheck.train.grpo import TrainConfig
 
     return section(params, "train", TrainConfig, **overrides)
-
-
-@dataclass
-class JudgeConfig:
-    """The evidence judge: `reward.judge`, `reward.judge_cache`, `reward.judge_batch_size`."""
-
-    spec: str | None = None  # transformers:<path|id> | openai:<model> | null (no judge: R_evidence = 0)
-    cache: Path | None = Path("data/evidence/judge_cache.sqlite")
-    batch_size: int = 8  # pairs per forward pass (transformers) / requests in flight (openai)
-
-    def __post_init__(self) -> None:
-        self.cache = Path(self.cache) if self.cache else None
-        if self.batch_size < 1:
-            raise ValueError(f"judge_batch_size: {self.batch_size} must be >= 1")
-
-
-JUDGE_KEYS = {"judge": "spec", "judge_cache": "cache", "judge_batch_size": "batch_size"}
-
-
-def reward_config(params: dict[str, Any], judge: str | None = None, **overrides: Any):
-    """(RewardConfig, JudgeConfig): the `reward:` section split in two; every key lands in one of them."""
-    from dataclasses import fields
-
-    from biocheck.rewards.components import RewardConfig
-
-    values = raw_section(params, "reward")
-    accepted = {f.name for f in fields(RewardConfig)} | set(JUDGE_KEYS)
-    unknown = sorted(set(values) - accepted)
-    if unknown:
-        raise InputError(f"{source(params)}: unknown key(s) {', '.join(f'reward.{k}' for k in unknown)}; "
-                         f"'reward' accepts {sorted(accepted)}.")
-    judge_values = {field: values.pop(key) for key, field in JUDGE_KEYS.items() if key in values}
-    cfg = section(params, "reward", RewardConfig, values=values, **overrides)
-    judge_cfg = section(params, "reward", JudgeConfig, values=judge_values, spec=judge)
-    return cfg, judge_cfg
-
-
-def judge_config(params: dict[str, Any], eqs: bool = False, **overrides: Any):
-    """The judge stage's config: its backbone defaults to model.out_dir, its data is data.out_dir (one key).
-    `eqs`: the second judge (judge.eqs: the keys it changes), trained the same way into its own folder; it
-    scores EQS at evaluation (evaluate.eqs_judge) and never trains the policy."""
-    from biocheck.rewards.judge_train.train import JudgeTrainConfig
-
-    values = _default(params, "judge", "base", raw_section(params, "model").get("out_dir"))
-    values = _shared(params, "judge", "prepared_dir", "data.out_dir", values)
-    if eqs:
-        changes = values.get("eqs")
-        if not isinstance(changes, dict) or not changes.get("out_dir"):
-            raise InputError(f"{source(params)}: judge.eqs must give at least out_dir (the second judge's folder, "
-                             "e.g. {out_dir: models/judge_eqs, seed: 1}) to train the EQS judge.")
-        known = {f.name for f in dataclasses.fields(JudgeTrainConfig)} - {"eqs", "prepared_dir", "progress"}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise InputError(f"{source(params)}: unknown key(s) {', '.join(f'judge.eqs.{k}' for k in unknown)}; "
-                             f"judge.eqs accepts {sorted(known)}.")
-        if Path(changes["out_dir"]) == Path(values.get("out_dir") or "models/judge"):
-            raise InputError(f"{source(params)}: judge.eqs.out_dir is the training judge's folder; give the "
-                             "EQS judge its own (e.g. models/judge_eqs).")
-        values = {**values, "metrics_path": "metrics/judge_eqs.json", **changes, "eqs": None, "train": True}
-    cfg = section(params, "judge", JudgeTrainConfig, values=values, **overrides)
-    spec = raw_section(params, "reward").get("judge")
-    if not eqs and not cfg.train and spec and _names_dir(spec, cfg.out_dir):
-        raise InputError(f"{source(params)}: reward.judge is {spec} but judge.train is false, so {cfg.out_dir} holds "
-                         f"no model; set reward.judge: transformers:{cfg.base} (the base as judge) or judge.train: true.")
-    return cfg
-
-
-def _names_dir(spec: str, folder: Path) -> bool:
-    kind, _, where = str(spec).partition(":")
-    return kind == "transformers" and Path(where) == Path(folder)
-
-
-def primary_variant(params: dict[str, Any]) -> str:
-    """The reward variant of the project's own model (reward.variant, EG-GRPO): it keeps the plain paths."""
-    return reward_config(params)[0].variant
-
-
-def variant_path(path: Path | str, suffix: str) -> Path:
-    """models/checkpoints -> models/checkpoints_outcome_only; metrics/train.json -> metrics/train_outcome_only.json."""
-    p = Path(path)
-    return p.with_name(f"{p.stem}{suffix}{p.suffix}") if suffix else p
-
-
-def _variant_suffix(params: dict[str, Any], variant: str | None) -> tuple[str, str]:
-    from biocheck.rewards.components import VARIANTS
-
-    primary = primary_variant(params)
-    variant = variant or primary
-    if variant not in VARIANTS:
-        raise InputError(f"--variant {variant}: expected one of {', '.join(VARIANTS)}.")
-    return variant, "" if variant == primary else f"_{variant}"
 
 
 def select_config(params: dict[str, Any], variant: str | None = None, **overrides: Any):
@@ -229,8 +60,8 @@ def select_config(params: dict[str, Any], variant: str | None = None, **override
     `challenger`."""
     from biocheck.train.select import SelectConfig
 
-    variant, suffix = _variant_suffix(params, variant)
-    values = _default(params, "select", "checkpoints", raw_section(params, "train").get("out_dir"))
+    variant, suffix = variant_suffix(params, variant)
+    values = with_default(params, "select", "checkpoints", raw_section(params, "train").get("out_dir"))
     cfg = section(params, "select", SelectConfig, values=values, **overrides)
     if suffix:
         for key in ("checkpoints", "out_dir", "metrics_path", "curve_path"):
@@ -252,99 +83,97 @@ def orchestrate_config(params: dict[str, Any], **overrides: Any):
     return section(params, "orchestrate", OrchestrateConfig, **overrides)
 
 
-def tracking_config(params: dict[str, Any], **overrides: Any) -> tracking.TrackingConfig:
-    return section(params, "tracking", tracking.TrackingConfig, **overrides)
-
-
-def tracked(params: dict[str, Any], **values: Any):
-    """The MLflow context of a stage's runs: experiment names (tracking:), profile, prepared data."""
-    return tracking.context(config=tracking_config(params), profile=params.get("profile"),
-                            prepared_dir=prepared_dir(params), **values)
-
-
-def refresh_config(params: dict[str, Any], **overrides: Any):
-    """`biocheck evidence refresh`: no section of its own; PubMed is reached as `search:` says (timeout,
-    attempts, papers per search) with evidence.store, whatever search.backend is. `overrides`: limit,
-    progress, report_path, metrics_path."""
-    from biocheck.pubmed.refresh import BACKEND, RefreshConfig
-
-    search = search_config(params, backend=BACKEND)
-    try:
-        return RefreshConfig(search=search, **{k: v for k, v in overrides.items() if v is not None})
-    except ValueError as e:
-        raise InputError(str(e)) from None
-
-
-# --- components --------------------------------------------------------------------------------------
-
-def make_search_tool(search_cfg):
-    from biocheck.pubmed.search import search_tool
-
-    return search_tool(search_cfg)
-
-
-def make_prompts(agent_cfg, tool):
-    """The one place the agent's prompts are built: budget from `agent:`, papers per search from the tool."""
-    from biocheck.agent.prompts import Prompts
-
-    return Prompts.for_tool(agent_cfg.max_searches, tool)
-
-
-def make_agent(agent_cfg, search_cfg):
-    from biocheck.agent.episode import Agent
-    from biocheck.agent.llm import GenerationConfig, make_llm
-
-    gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
-                           top_p=agent_cfg.top_p, seed=agent_cfg.seed)
-    tool = make_search_tool(search_cfg)
-    return Agent(make_llm(agent_cfg.llm, gen), tool, agent_cfg, search_backend=search_cfg.backend,
-                 prompts=make_prompts(agent_cfg, tool))
-
-
-def make_judge(judge_cfg: JudgeConfig):
-    from biocheck.rewards.judge import make_judge as _make
-
-    return _make(judge_cfg.spec, batch_size=judge_cfg.batch_size, cache=judge_cfg.cache)
-
-
-def agent(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, search: dict[str, Any] | None = None,
-          **overrides: Any):
-    """(Agent, AgentConfig, SearchConfig) for `biocheck check` and evaluation."""
-    p = params_of(params)
-    agent_cfg = agent_config(p, **overrides)
-    search_cfg = search_config(p, options={"backend": "--search"}, **(search or {}))
-    return make_agent(agent_cfg, search_cfg), agent_cfg, search_cfg
-
-
-@dataclass
-class TrainSetup:
-    """Everything a training run needs, from params."""
-
-    train: Any
-    agent: Any
-    search: Any
-    reward: Any
-    judge: JudgeConfig
-    model: Any
-    prepared: Path
-
-
-def train_setup(params: dict[str, Any], variant: str | None = None, **overrides: Any) -> TrainSetup:
+def train_setup(params: dict[str, Any], variant: str | None = None, **overrides: Any) :
     """Everything one training run needs. `variant` trains another reward variant than reward.variant with
     everything else identical (the outcome-only comparison) into `_<variant>` paths."""
     p = params_of(params)
     train_cfg = train_config(p, **overrides)
     reward_cfg, judge_cfg = reward_config(p)
-    variant, suffix = _variant_suffix(p, variant)
+    variant, suffix = variant_suffix(p, variant)
     if suffix:
         reward_cfg = dataclasses.replace(reward_cfg, variant=variant)
         train_cfg.out_dir = variant_path(train_cfg.out_dir, suffix)
         train_cfg.metrics_path = variant_path(train_cfg.metrics_path, suffix) if train_cfg.metrics_path else None
+    from biocheck.train.stage import TrainSetup
+
     return TrainSetup(train=train_cfg, agent=agent_config(p), search=search_config(p, backend=train_cfg.search_backend),
                       reward=reward_cfg, judge=judge_cfg, model=model_config(p), prepared=prepared_dir(p))
 
+# --- what each DVC stage reads -----------------------------------------------------------------------
+
+def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
+    """What DVC stage `stage` (dvc.yaml's name; `train@outcome_only`) reads from params, as plain data: the
+    configs its code builds. dvc.yaml lists exactly the keys that change this (tests/test_dvc_params.py
+    checks it for every profile), so a key a stage never reads never reruns it."""
+    from biocheck.train.stage import training_inputs
+
+    p = params_of(params)
+    name, _, variant = stage.partition("@")
+    if name == "fetch":
+        return {"fetch": plain(fetch_config(p))}
+    if name == "prepare":
+        return {"data": plain(prepare_config(p))}
+    if name == "validate":
+        return {"validate": plain(validate_config(p))}
+    if name == "evidence":
+        return {"evidence": plain(evidence_config(p))}
+    if name == "model":
+        return {"model": plain(model_config(p))}
+    if name in ("judge", "judge_eqs"):
+        return {"judge": plain(judge_config(p, eqs=name == "judge_eqs"))}
+    if name == "sft":
+        c = train_setup(p)
+        return {"sft": c.train.sft, "seed": c.train.seed, "max_searches": c.agent.max_searches,
+                "abstract_chars": c.agent.abstract_chars, "search": plain(c.search), "model": str(c.model.out_dir)}
+    if name == "train":
+        return training_inputs(train_setup(p, variant=variant or None))
+    if name == "select":
+        return {"select": plain(select_config(p, variant=variant or None))}
+    if name == "audit":
+        train_cfg, (reward_cfg, judge_cfg) = train_config(p), reward_config(p)
+        # The samples run the start model at train.temperature, seeds audit.seed + k: of agent.llm only its kind.
+        agent = {k: v for k, v in plain(agent_config(p)).items() if k not in ("temperature", "seed")}
+        agent["llm"] = split_spec(agent["llm"])[0]
+        return {"audit": plain(audit_config(p)), "agent": agent, "reward": plain(reward_cfg),
+                "judge": plain(judge_cfg), "search": plain(search_config(p, backend=train_cfg.search_backend)),
+                "train": {k: getattr(train_cfg, k) for k in ("num_generations", "temperature", "sft")},
+                "start": str(model_config(p).out_dir), "prepared": str(prepared_dir(p))}
+    if name == "evaluate":
+        cfg, (reward_cfg, judge_cfg) = evaluate_config(p), reward_config(p)
+        judge_section = raw_section(p, "judge")
+        return {"evaluate": plain(cfg), "agent": plain(agent_config(p)), "search": plain(search_config(p)),
+                "models": eval_models(p), "reward": plain(reward_cfg), "judge": plain(judge_cfg),
+                "judge_dirs": [judge_section.get("out_dir"), (judge_section.get("eqs") or {}).get("out_dir")],
+                "corpus": eval_corpus(p), "prepared": str(prepared_dir(p))}
+    raise InputError(f"{stage}: not a stage of dvc.yaml")
+
 
 # --- stages (DVC runs them through the CLI; Prefect tasks call them directly) ---------------------------
+
+@dataclass
+class StageRun:
+    """What every stage runner does around its work: the params loaded and checked (`p`), the MLflow context
+    made before the work (a bad `tracking:` section fails in seconds, not after hours), and after it one run
+    with the profile and the stage's configs as params. A stage whose own code opens its runs (sft, train,
+    select, evaluate) enters `track` instead."""
+
+    p: dict[str, Any]
+    track: Any
+
+    @classmethod
+    def of(cls, params: Path | str | dict[str, Any], **values: Any) -> StageRun:
+        p = params_of(params)
+        return cls(p, tracked(p, **values))
+
+    @contextlib.contextmanager
+    def record(self, stage: str, run_name: str | None = None, tags: dict[str, Any] | None = None,
+               **params: Any) -> Iterator[Any]:
+        """The stage's MLflow run: params are the profile and `params` (a config is logged as plain data)."""
+        logged = {"profile": self.p.get("profile"),
+                  **{k: plain(v) if dataclasses.is_dataclass(v) else v for k, v in params.items()}}
+        with self.track, tracking.run(stage, run_name=run_name, params=logged, tags=tags) as active:
+            yield active
+
 
 def fetch_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
     from biocheck.data.fetch import fetch
@@ -355,10 +184,10 @@ def fetch_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **override
 def prepare_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
     from biocheck.data.prepare import prepare
 
-    p = params_of(params)
-    cfg, track = prepare_config(p, **overrides), tracked(p)
+    run = StageRun.of(params)
+    cfg = prepare_config(run.p, **overrides)
     stats = prepare(cfg)
-    with track, tracking.run("prepare", params={"profile": p.get("profile"), "data": plain(cfg)}):
+    with run.record("prepare", data=cfg):
         tracking.log_metrics(stats)
     return stats
 
@@ -366,11 +195,10 @@ def prepare_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overri
 def validate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any):
     from biocheck.data.validate import validate
 
-    p = params_of(params)
-    cfg, track = validate_config(p, **overrides), tracked(p)
+    run = StageRun.of(params)
+    cfg = validate_config(run.p, **overrides)
     result = validate(cfg)
-    with track, tracking.run("validate", params={"profile": p.get("profile"), "validate": plain(cfg)},
-                             tags={"success": str(result.success)}):
+    with run.record("validate", tags={"success": str(result.success)}, validate=cfg):
         tracking.log_metrics({"checks": len(result.checks), "failed": len(result.failures),
                               "success": int(result.success)}, prefix="validation")
         manifest = cfg.prepared_dir / "manifest.json"
@@ -385,22 +213,23 @@ def validate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overr
 def evidence_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
     from biocheck.pubmed.build import build_evidence
 
-    p = params_of(params)
-    cfg, track = evidence_config(p, **overrides), tracked(p)
+    run = StageRun.of(params)
+    cfg = evidence_config(run.p, **overrides)
     stats = build_evidence(cfg)
-    with track, tracking.run("evidence", params={"profile": p.get("profile"), "evidence": plain(cfg)}):
+    with run.record("evidence", evidence=cfg):
         tracking.log_metrics(stats)
     return stats
 
 
 def model_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
+    from biocheck.agent.prompts import prompt_texts
     from biocheck.models.stage import init_model
 
-    p = params_of(params)
-    cfg, track = model_config(p, **overrides), tracked(p)
-    stats = init_model(cfg)
-    with track, tracking.run("model", run_name="model init", params={"profile": p.get("profile"), "model": plain(cfg)},
-                             tags={"model_fingerprint": _fingerprint(cfg.out_dir, stats)}):
+    run = StageRun.of(params)
+    cfg = model_config(run.p, **overrides)
+    stats = init_model(cfg, prompt_texts())
+    with run.record("model", run_name="model init", tags={"model_fingerprint": _fingerprint(cfg.out_dir, stats)},
+                    model=cfg):
         tracking.log_metrics(stats)
     return stats
 
@@ -411,14 +240,13 @@ def judge_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, eqs: bool 
     from biocheck.rewards.judge.align_judge import judge_fingerprint
     from biocheck.rewards.judge_train.train import metrics_of, train_judge
 
-    p = params_of(params)
-    cfg, track = judge_config(p, eqs=eqs, **overrides), tracked(p)
+    run = StageRun.of(params)
+    cfg = judge_config(run.p, eqs=eqs, **overrides)
     stats = train_judge(cfg)
     trained = cfg.train and (cfg.out_dir / "config.json").is_file()
     name = "judge train" if cfg.train else "judge zero-shot"
-    with track, tracking.run("judge", run_name=f"{name} (EQS judge)" if eqs else name,
-                             params={"profile": p.get("profile"), "judge": plain(cfg)},
-                             tags={"model_fingerprint": judge_fingerprint(cfg.out_dir) if trained else None}):
+    with run.record("judge", run_name=f"{name} (EQS judge)" if eqs else name,
+                    tags={"model_fingerprint": judge_fingerprint(cfg.out_dir) if trained else None}, judge=cfg):
         tracking.log_metrics(metrics_of(stats), prefix="judge")
         tracking.log_artifacts(cfg.out_dir / "judge_train.json")
     return stats
@@ -428,7 +256,7 @@ def _fingerprint(model_dir: Path, stats: dict) -> str | None:
     """The built model's fingerprint (the evaluation tags each model's runs with the same value)."""
     if stats.get("fingerprint"):
         return str(stats["fingerprint"])
-    from biocheck.agent.llm.transformers_backend import model_fingerprint
+    from biocheck.llm.load import model_fingerprint
 
     return model_fingerprint(model_dir) if (model_dir / "config.json").is_file() else None
 
@@ -462,7 +290,7 @@ def select_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, register:
     if register is not None:
         cfg.register = register
     with track:
-        return select(cfg, variant=_variant_suffix(p, variant)[0])
+        return select(cfg, variant=variant_suffix(p, variant)[0])
 
 
 def refresh_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
@@ -472,11 +300,10 @@ def refresh_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress
     the Prefect flow's Dask tasks) skips the re-run and only writes and logs them."""
     from biocheck.pubmed.refresh import refresh, write_report
 
-    p = params_of(params)
-    cfg, track = refresh_config(p, progress=progress, **overrides), tracked(p)
+    run = StageRun.of(params)
+    cfg = refresh_config(run.p, progress=progress, **overrides)
     report = refresh(cfg) if changes is None else write_report(cfg, changes)
-    with track, tracking.run("evidence-refresh", run_name="evidence refresh",
-                             params={"profile": p.get("profile"), "search": plain(cfg.search), "limit": cfg.limit}):
+    with run.record("evidence-refresh", run_name="evidence refresh", search=cfg.search, limit=cfg.limit):
         tracking.log_metrics(report["summary"])
         tracking.log_artifacts(cfg.report_path)
     return report
@@ -491,7 +318,7 @@ def eval_models(params: dict[str, Any]) -> dict[str, str]:
     from biocheck.evaluate.config import BASELINES, SYSTEMS
 
     llm = agent_config(params).llm
-    kind, _, ref = llm.partition(":")
+    kind, ref = split_spec(llm)
     base_dir = Path(model_config(params).out_dir)
     served = kind == "openai" and Path(ref).expanduser().resolve() == base_dir.resolve()
     local = kind in ("transformers", "vllm") or served
@@ -507,18 +334,13 @@ def eval_models(params: dict[str, Any]) -> dict[str, str]:
     return models
 
 
-def sft_dir(params: dict[str, Any]) -> Path:
-    """The SFT warm start (train.sft.out_dir)."""
-    return Path((raw_section(params, "train").get("sft") or {}).get("out_dir") or "models/sft")
-
-
 MAKE_MODEL = {"base": "dvc repro model", "eg_grpo": "dvc repro select@eg_grpo",
               "outcome_only": "dvc repro train@outcome_only select@outcome_only", "sft": "dvc repro sft"}
 
 
 def _check_model(system: str, spec: str) -> None:
     """A local model folder must exist before a long evaluation starts, with the command that makes it."""
-    kind, _, ref = spec.partition(":")
+    kind, ref = split_spec(spec)
     if kind in ("transformers", "vllm") and system in MAKE_MODEL and not (Path(ref) / "config.json").is_file():
         raise InputError(f"{system}: no model in {ref}; run `{MAKE_MODEL[system]}` first.")
 
@@ -531,17 +353,17 @@ def eval_model(params: dict[str, Any], model: str) -> str:
     model a system runs by default (champion: the selected EG-GRPO checkpoint, challenger: the outcome-only
     selection, base; as select registers them in MLflow, read from their local folders), a model folder, or
     a spec (KIND:REF, as agent.llm)."""
-    from biocheck.agent.llm import KINDS
+    from biocheck.llm import KINDS
 
     if model in MODEL_ALIASES:
         return eval_models(params)[MODEL_ALIASES[model]]
-    kind, sep, ref = model.partition(":")
-    if sep and ref and kind in KINDS:
+    kind, ref = split_spec(model)
+    if ref and kind in KINDS:
         return model
     if (Path(model) / "config.json").is_file():
         # A folder runs where the checkpoints run (in-process, or a server that loads by path); else in-process.
         checkpoint = eval_models(params)["eg_grpo"]
-        return f"{checkpoint.partition(':')[0] if checkpoint != agent_config(params).llm else 'transformers'}:{model}"
+        return f"{split_spec(checkpoint)[0] if checkpoint != agent_config(params).llm else 'transformers'}:{model}"
     what = "no model folder (config.json) at" if Path(model).exists() or "/" in model else "unknown model"
     raise InputError(f"--model {model}: {what} {model!r}; give an alias ({', '.join(MODEL_ALIASES)}), a model "
                      f"folder, or a spec KIND:REF with KIND one of {', '.join(KINDS)}.")
@@ -639,7 +461,7 @@ def eval_scorer(params: dict[str, Any], cfg: Any):
 
 def _check_judge(spec: str | None, stage_dir: str | None, key: str, stage: str, alternative: str = "") -> None:
     """A judge that a DVC stage trains into `stage_dir` must be there before a long evaluation starts."""
-    kind, _, ref = str(spec or "").partition(":")
+    kind, ref = split_spec(spec)
     if kind == "transformers" and stage_dir and Path(ref) == Path(stage_dir) and not Path(ref).is_dir():
         raise InputError(f"{key}: no judge in {ref}; run `dvc repro {stage}` first{alternative}.")
 
@@ -684,7 +506,7 @@ def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
     start = sft_dir(p) if sft_on else Path(model_config(p).out_dir)
     if not (start / "config.json").is_file():
         raise InputError(f"reward audit: no start model in {start}; run `{'dvc repro sft' if sft_on else 'dvc repro model'}` first.")
-    kind = agent_cfg.llm.partition(":")[0]
+    kind = split_spec(agent_cfg.llm)[0]
     llm = f"{kind if kind in ('transformers', 'vllm') else 'transformers'}:{start}"
     search_cfg = search_config(p, backend=train_cfg.search_backend)
     samples = []
@@ -709,12 +531,11 @@ def audit_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
     """`biocheck reward audit`: metrics/reward_audit.json (and MLflow, experiment `train`, run `reward audit`)."""
     from biocheck.evaluate.audit import audit
 
-    p = params_of(params)
-    setup, track = audit_setup(p, judge=judge, **overrides), tracked(p)
+    run = StageRun.of(params)
+    setup = audit_setup(run.p, judge=judge, **overrides)
     result = audit(setup)
-    with track, tracking.run("audit", run_name="reward audit",
-                             params={"profile": p.get("profile"), "audit": plain(setup.cfg), **setup.about},
-                             tags={"warnings": str(len(result["warnings"]))}):
+    with run.record("audit", run_name="reward audit", tags={"warnings": str(len(result["warnings"]))},
+                    audit=setup.cfg, **setup.about):
         tracking.log_metrics({k: result[k] for k in ("groups_varying", "judge_credit", "evidence", "means")},
                              prefix="audit")
         tracking.log_artifacts(setup.cfg.metrics_path)
@@ -743,9 +564,8 @@ def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | 
         system.close()
 
 
-__all__ = ["DEFAULT_PARAMS", "JudgeConfig", "Params", "SECTIONS", "TrainSetup", "agent", "agent_config",
-           "EvalSetup", "MODEL_ALIASES", "audit_config", "audit_setup", "audit_stage", "eval_model", "eval_models", "evaluate_config", "evaluate_setup", "evaluate_shard", "evaluate_stage", "evidence_config", "evidence_stage", "fetch_config", "fetch_stage", "load_params", "make_agent",
-           "make_judge", "make_prompts", "make_search_tool", "model_config", "model_stage", "orchestrate_config", "params_of",
-           "prepare_config", "prepare_stage", "prepared_dir", "refresh_config", "refresh_stage", "reward_config", "search_config", "select_config",
-           "select_stage", "tracked", "tracking_config", "train_config", "train_setup", "train_stage", "validate_config",
-           "validate_stage"]
+__all__ = ["DEFAULT_PARAMS", "EvalSetup", "MODEL_ALIASES", "audit_config", "audit_setup", "audit_stage",
+           "eval_model", "eval_models", "eval_scorer", "evaluate_config", "evaluate_setup", "evaluate_shard",
+           "evaluate_stage", "evidence_stage", "fetch_stage", "judge_stage", "model_stage", "orchestrate_config",
+           "prepare_stage", "refresh_stage", "select_config", "select_stage", "sft_stage", "stage_inputs", "train_config",
+           "train_setup", "train_stage", "validate_stage"]

@@ -36,13 +36,18 @@ class QueryRecord(BaseModel):
     translation: str | None = None
 
 
+def check_budget(prompts: Prompts, max_searches: int) -> None:
+    """The texts must state the budget that is enforced (an agent, a budget and the TRL environment check it)."""
+    if prompts.max_searches != max_searches:
+        raise ValueError(f"the prompts state {prompts.max_searches} searches, the budget is {max_searches}")
+
+
 class SearchBudget:
     """One episode's searches: `call(name, args)` -> the text the model reads back."""
 
     def __init__(self, tool, prompts: Prompts, max_searches: int, abstract_chars: int | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        if prompts.max_searches != max_searches:  # the texts would state another budget than the one enforced
-            raise ValueError(f"the prompts state {prompts.max_searches} searches, the budget is {max_searches}")
+        check_budget(prompts, max_searches)
         self.tool, self.prompts = tool, prompts
         self.max_searches, self.abstract_chars = max_searches, abstract_chars
         self._clock = clock

@@ -16,11 +16,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from biocheck import __version__
-from biocheck.agent.budget import QueryRecord, SearchBudget
+from biocheck.agent.budget import QueryRecord, SearchBudget, check_budget
 from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
-from biocheck.agent.llm.base import ChatLLM
+from biocheck.agent.limits import MAX_REFUSALS, MAX_SEARCHES
 from biocheck.agent.prompts import Prompts
 from biocheck.labels import Label
+from biocheck.llm.base import ChatLLM
 from biocheck.pubmed.types import Article
 from biocheck.report.parse import parse_report
 from biocheck.report.schema import Report
@@ -28,9 +29,9 @@ from biocheck.report.schema import Report
 
 @dataclass
 class AgentConfig:
-    llm: str = "transformers:models/base"  # spec string (see biocheck.agent.llm)
-    max_searches: int = 5
-    max_refusals: int = 2
+    llm: str = "transformers:models/base"  # spec string (see biocheck.llm)
+    max_searches: int = MAX_SEARCHES
+    max_refusals: int = MAX_REFUSALS
     abstract_chars: int | None = None
     max_new_tokens: int = 1024
     temperature: float = 0.0
@@ -92,9 +93,7 @@ class Agent:
         self.llm, self.tool = llm, tool
         self.cfg = cfg or AgentConfig()
         self.prompts = prompts or Prompts.for_tool(self.cfg.max_searches, tool)
-        if self.prompts.max_searches != self.cfg.max_searches:
-            raise ValueError(f"the prompts state {self.prompts.max_searches} searches, the agent allows "
-                             f"{self.cfg.max_searches}")
+        check_budget(self.prompts, self.cfg.max_searches)
         self.graph_cfg = GraphConfig(max_searches=self.cfg.max_searches, max_refusals=self.cfg.max_refusals)
         self.graph = build_graph(llm, self.graph_cfg, self.prompts)
         self.search_backend = search_backend

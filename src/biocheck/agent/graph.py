@@ -22,8 +22,9 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from biocheck.agent.budget import SearchBudget
-from biocheck.agent.llm.base import ChatLLM, LLMError
+from biocheck.agent.limits import MAX_REFUSALS, MAX_SEARCHES
 from biocheck.agent.prompts import Prompts
+from biocheck.llm.base import ChatLLM, LLMError
 from biocheck.secrets import redact
 
 LLM_ERROR = "llm_error"  # stop_reason prefix when the model could not answer (batch mode reports these as failures)
@@ -39,8 +40,8 @@ class AgentState(TypedDict, total=False):
 
 @dataclass
 class GraphConfig:
-    max_searches: int = 5
-    max_refusals: int = 2  # refuse-and-remind rounds after the budget before giving up on a report
+    max_searches: int = MAX_SEARCHES
+    max_refusals: int = MAX_REFUSALS
 
 
 def tool_messages(budget: SearchBudget, message: dict[str, Any]) -> list[dict[str, Any]]:

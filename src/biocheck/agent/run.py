@@ -1,6 +1,6 @@
 """Run the agent from the command line: which model, one trace per claim, resumable batches and a summary.
 
-The agent itself is built from params by `biocheck.pipeline.agent`. A batch (`biocheck check --claims`)
+The agent itself is built from params by `biocheck.build.agent`. A batch (`biocheck check --claims`)
 writes one trace per claim as it finishes; each trace carries the key of what produced it (`run_key`),
 so a rerun reuses exactly the traces that the same claim, model, prompts and settings would produce again.
 """
@@ -21,9 +21,9 @@ from tqdm.auto import tqdm
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode
 from biocheck.agent.graph import LLM_ERROR
-from biocheck.agent.llm.base import LLMError
 from biocheck.io import InputError, parse_jsonl, write_text_atomic
 from biocheck.labels import LABELS
+from biocheck.llm.base import LLMError
 from biocheck.pubmed.types import SearchError
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,9 @@ def choose_llm(option: str | None, configured: str | None, selected_dir: Path) -
 
 def describe_model(spec: str, fingerprint: str = "") -> str:
     """The model as a report names it: spec, and for a local folder which one (and the checkpoint's step)."""
-    kind, _, ref = spec.partition(":")
+    from biocheck.llm.spec import split_spec
+
+    kind, ref = split_spec(spec)
     facts = []
     folder = Path(ref) if kind in ("transformers", "vllm") and ref else None
     if folder is not None and folder.is_dir():

@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 from biocheck.pubmed.search import ToolOutput
+from biocheck.text import split_sentences
 
 TOOL_NAME = "search_pubmed"
 MISSING_QUERY = f"Search error: {TOOL_NAME} needs a 'query' string argument."
@@ -84,28 +85,9 @@ def cut_abstract(abstract: str, limit: int) -> str:
     return cut.rstrip() + " ..."
 
 
-# A sentence ends at . ! or ? followed by space and a capital, digit or opening bracket/quote: good
-# enough for abstracts (a rare "e.g. Patients" split costs one sentence, not a wrong answer).
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[\"'“])")
 _WORD = re.compile(r"[a-z0-9][a-z0-9-]*")
 _QUERY_WORD = re.compile(r"[a-z0-9][a-z0-9-]*\*?")
 _OPERATORS = frozenset({"and", "or", "not"})
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of `text`'s sentences: split after . ! ? and white space, before a capital, a digit, an
-    opening bracket or a quote. The one splitter of the project (search snippets, CER, the judge's cues)."""
-    text, spans, at = text or "", [], 0
-    for part in _SENTENCE_END.split(text):
-        start = text.index(part, at)
-        spans.append((start, start + len(part)))
-        at = start + len(part)
-    return spans
-
-
-def split_sentences(text: str) -> list[str]:
-    """The sentences of `text`, each a verbatim (stripped) piece of it."""
-    return [s for a, b in sentence_spans(text) if (s := (text or "")[a:b].strip())]
 
 
 def query_words(query: str) -> set[str]:

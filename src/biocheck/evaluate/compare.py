@@ -1,7 +1,7 @@
 """The evaluation's numbers, from `Prediction`s: per-system metrics, paired tests against the reference
 system, DVC plot data and MLflow runs.
 
-Classification follows evaluate/metrics.py (scikit-learn's definitions, None = wrong). Every dict returned
+Classification follows metrics.py (scikit-learn's definitions, None = wrong). Every dict returned
 has the same keys for every system and dataset, with None where a number does not apply (EQS of a system
 that writes no report, an interval with no resamples), so `dvc metrics diff` and MLflow's compare view
 line the systems up. Intervals are {"lo", "hi"} dicts rather than pairs: DVC and MLflow read numbers only.
@@ -24,7 +24,12 @@ import numpy as np
 from biocheck import tracking
 from biocheck.evaluate import ratios
 from biocheck.evaluate.config import DATASETS, REFERENCE
-from biocheck.evaluate.metrics import (  # _encode/_scores: the paired bootstrap scores resamples the same way
+from biocheck.evaluate.rationale import LEVELS as RATIONALE_LEVELS
+from biocheck.evaluate.rationale import rationale_scores, sentence_f1
+from biocheck.evaluate.systems.base import Prediction
+from biocheck.io import write_text_atomic
+from biocheck.labels import Label
+from biocheck.metrics import (  # _encode/_scores: the paired bootstrap scores resamples the same way
     LABEL_SETS,
     OTHER,
     _encode,
@@ -33,11 +38,6 @@ from biocheck.evaluate.metrics import (  # _encode/_scores: the paired bootstrap
     classification_metrics,
     proportion_ci,
 )
-from biocheck.evaluate.rationale import LEVELS as RATIONALE_LEVELS
-from biocheck.evaluate.rationale import rationale_scores, sentence_f1
-from biocheck.evaluate.systems.base import Prediction
-from biocheck.io import write_text_atomic
-from biocheck.labels import Label
 from biocheck.params import plain
 
 log = logging.getLogger(__name__)

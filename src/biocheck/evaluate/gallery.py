@@ -24,12 +24,12 @@ from biocheck.agent.episode import Episode
 from biocheck.evaluate.config import DATASETS, REFERENCE, SYSTEMS
 from biocheck.evaluate.gallery_static import CSS, FILTER_JS, RESIZE_JS
 from biocheck.evaluate.gallery_svg import bar_chart, confusion_svg, interval, number
-from biocheck.evaluate.headline import COLUMNS, PAIRED_NAMES, dataset_notes
-from biocheck.evaluate.metrics import OTHER
+from biocheck.evaluate.headline import COLUMNS, PAIRED_NAMES, dataset_notes, p_text
 from biocheck.evaluate.rationale import sentence_f1
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import atomic_dir
 from biocheck.labels import LABELS
+from biocheck.metrics import OTHER
 from biocheck.report.render import render_html
 
 e = html.escape
@@ -135,11 +135,11 @@ def _fmt(x: object, digits: int = 3) -> str:
 
 
 def _fmt_p(x: object) -> str:
-    v = number(x)
-    if v is None:
+    p = p_text(x)
+    if p is None:
         return "—"
-    text = "&lt;0.001" if v < 0.001 else f"{v:.3f}"
-    return f'<span class="sig">{text}</span>' if v < 0.05 else text
+    text = p[0].replace("<", "&lt;")
+    return f'<span class="sig">{text}</span>' if p[1] else text
 
 
 def _with_ci(value: object, ci: object, n: object = None) -> str:

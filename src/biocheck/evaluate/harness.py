@@ -22,12 +22,12 @@ from pydantic import BaseModel
 from tqdm.auto import tqdm
 
 from biocheck.agent.episode import Episode
-from biocheck.agent.llm.base import LLMError
 from biocheck.agent.run import episode_error, trace_path, write_trace
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.rationale import Cited, CorpusSentences, RationaleCounts, rationale_counts
 from biocheck.evaluate.systems.base import Prediction, System
 from biocheck.io import InputError, atomic_path, dump_jsonl, remove_stale_tmp
+from biocheck.llm.base import LLMError
 from biocheck.pubmed.types import SearchError
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
 from biocheck.secrets import redact

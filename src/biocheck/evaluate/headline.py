@@ -6,6 +6,7 @@ system_metrics + about}}) through this one list, so they show the same metrics, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,18 @@ PAIRED_NAMES = {"accuracy": "accuracy", "macro_f1": "macro-F1", "grounded_rate":
                 "citing_rate": "citing rate", "ehr": "EHR (citing reports)", "ehr_micro": "micro-EHR",
                 "eqs": "EQS", "rationale_f1": "rationale F1"}
 TRAINING_JUDGE = "EQS scored by the training judge"
+
+
+SIGNIFICANT = 0.05  # outputs mark a paired test's p below this
+
+
+def p_text(x: object) -> tuple[str, bool] | None:
+    """A p-value as every output prints it (\"<0.001\" or three decimals) and whether it is below
+    SIGNIFICANT; None when there is none. The gallery, the PR comment and the summary lines all use it."""
+    v = _num(x)
+    if v is None or not math.isfinite(v):
+        return None
+    return ("<0.001" if v < 0.001 else f"{v:.3f}"), v < SIGNIFICANT
 
 
 def dataset_notes(metrics: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -86,10 +99,10 @@ def summary_lines(metrics: Mapping[str, Any], paired: Mapping[str, Any]) -> list
             parts = []
             for key in ("accuracy", "macro_f1", "ehr", "eqs", "rationale_f1"):
                 stat = t.get(key) or {}
-                d, p, mdd = _num(stat.get("diff")), _num(stat.get("p")), _num(stat.get("mdd"))
+                d, p, mdd = _num(stat.get("diff")), p_text(stat.get("p")), _num(stat.get("mdd"))
                 if d is None:
                     continue
-                parts.append(f"Δ {PAIRED_NAMES[key]} {d:+.3f} (p {'n/a' if p is None else f'{p:.3f}'}, "
+                parts.append(f"Δ {PAIRED_NAMES[key]} {d:+.3f} (p {'n/a' if p is None else p[0]}, "
                              f"MDD {'n/a' if mdd is None else f'{mdd:.3f}'})")
             if parts:
                 lines.append(f"{t.get('reference')} vs {system} / {dataset}, n={t.get('n')}: " + "; ".join(parts))

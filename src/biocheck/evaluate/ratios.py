@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from biocheck.evaluate.metrics import proportion_ci
 from biocheck.evaluate.systems.base import Prediction
+from biocheck.metrics import proportion_ci
 
 Pair = tuple[float, float]  # (numerator, denominator) of one claim
 RATIO_METRICS = ("accuracy", "parse_rate", "citing_rate", "grounded_rate", "ehr", "ehr_micro", "eqs",

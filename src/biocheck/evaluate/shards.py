@@ -6,7 +6,7 @@ folder (atomically, one file per claim) and writes nothing else. The full pass i
 (evaluate/stage.py) over every claim: it finds every episode cached and writes the predictions, metrics,
 plots, gallery and MLflow runs exactly as a serial run does. So the results are the serial results by
 construction, and nothing is written twice. Shards are contiguous runs of claims in claim order
-(orchestration/dask.py), so the same inputs always give the same shards.
+(`split`), so the same inputs always give the same shards.
 """
 
 from __future__ import annotations
@@ -15,11 +15,29 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.harness import run_system
 from biocheck.evaluate.systems.base import System
-from biocheck.orchestration.dask import split
+
+T = TypeVar("T")
+
+
+def split(items: Sequence[T], n: int) -> list[list[T]]:
+    """`items` in at most `n` contiguous, non-empty runs, in order, sizes differing by at most one (the
+    first ones larger); fewer runs when there are fewer items than `n`. The same inputs always give the
+    same shards."""
+    if n < 1:
+        raise ValueError(f"shards: {n} must be >= 1")
+    n = min(n, len(items))
+    size, extra = divmod(len(items), n) if n else (0, 0)
+    runs, start = [], 0
+    for k in range(n):
+        end = start + size + (k < extra)
+        runs.append(list(items[start:end]))
+        start = end
+    return runs
 
 
 @dataclass(frozen=True)

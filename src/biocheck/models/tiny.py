@@ -15,11 +15,10 @@ GRPO's tool calling work with this model.
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -83,15 +82,6 @@ class TinyModelConfig:
 # --------------------------------------------------------------------------------------------------- inputs
 
 
-def prompt_texts() -> list[str]:
-    """The prompts of the report-writing agent the model is trained as (`biocheck.agent.prompts.NAMES`),
-    sorted by name; evaluation-only variants (the label-only prompts of `pmsearch`) are left out."""
-    from biocheck.agent.prompts import NAMES
-
-    root = importlib.resources.files("biocheck.agent.prompts")
-    return [root.joinpath(f"{name}.md").read_text(encoding="utf-8") for name in sorted(NAMES)]
-
-
 def iter_corpus_texts(path: Path, max_docs: int | None) -> Iterator[str]:
     """Title + abstract of the first `max_docs` documents of a corpus JSONL (`id` or SciFact's `doc_id`)."""
     if not path.is_file():
@@ -147,8 +137,10 @@ def scaffolding_texts(chat_template: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------ tokenizer
 
 
-def train_tokenizer(cfg: TinyModelConfig, chat_template: str):
-    """Train the byte-level BPE and wrap it as a `PreTrainedTokenizerFast` carrying `chat_template`."""
+def train_tokenizer(cfg: TinyModelConfig, chat_template: str, prompts: Sequence[str] = ()):
+    """Train the byte-level BPE and wrap it as a `PreTrainedTokenizerFast` carrying `chat_template`; `prompts`
+    (the agent's prompt texts, `biocheck.agent.prompts.prompt_texts()`) are repeated into the training text so
+    the words the model reads in every episode tokenise well."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -166,7 +158,7 @@ def train_tokenizer(cfg: TinyModelConfig, chat_template: str):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    extra = prompt_texts() + scaffolding_texts(chat_template)
+    extra = list(prompts) + scaffolding_texts(chat_template)
 
     def texts() -> Iterator[str]:
         yield from iter_corpus_texts(cfg.corpus, cfg.max_docs)
@@ -227,11 +219,12 @@ def make_model(cfg: TinyModelConfig, tokenizer):
     return model
 
 
-def build_tiny_model(cfg: TinyModelConfig) -> dict[str, Any]:
-    """Build tokenizer + model into `cfg.out_dir` (atomically). Returns stats: params, vocab, seconds, sha256."""
+def build_tiny_model(cfg: TinyModelConfig, prompts: Sequence[str] = ()) -> dict[str, Any]:
+    """Build tokenizer + model into `cfg.out_dir` (atomically); `prompts`: see `train_tokenizer`. Returns stats:
+    params, vocab, seconds, sha256."""
     t0 = time.perf_counter()
     template = trl_chat_template(cfg.chat_template)
-    tokenizer = train_tokenizer(cfg, template)
+    tokenizer = train_tokenizer(cfg, template, prompts)
     check_tokenizer(tokenizer)
     model = make_model(cfg, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())

@@ -1,40 +1,22 @@
-"""Scale-out: work cut into shards, and the Prefect task runner that runs them on a Dask cluster (local by
-default, an existing one by address).
+"""Scale-out: the Prefect task runner that runs shards on a Dask cluster (local by default, an existing one
+by address). Shards themselves are cut by `biocheck.evaluate.shards.split`.
 
-Flows that map over shards (evaluation claims, evidence-refresh queries) split and build their runner here,
+Flows that map over shards (evaluation claims, evidence-refresh queries) build their runner here,
 so one setting (`orchestrate.dask_address` or $BIOCHECK_DASK_ADDRESS) moves all of them onto a cluster.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from biocheck.orchestration.config import OrchestrateConfig
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # The scheduler always serves HTTP (dashboard_address=None still binds :8787, and a second cluster warns
 # "Port 8787 is already in use"): a free port on this host instead.
 DASHBOARD = "127.0.0.1:0"
-
-
-def split(items: Sequence[T], n: int) -> list[list[T]]:
-    """`items` in at most `n` contiguous, non-empty runs, in order, sizes differing by at most one (the
-    first ones larger); fewer runs when there are fewer items than `n`. The same inputs always give the
-    same shards."""
-    if n < 1:
-        raise ValueError(f"shards: {n} must be >= 1")
-    n = min(n, len(items))
-    size, extra = divmod(len(items), n) if n else (0, 0)
-    runs, start = [], 0
-    for k in range(n):
-        end = start + size + (k < extra)
-        runs.append(list(items[start:end]))
-        start = end
-    return runs
 
 
 def task_runner(cfg: OrchestrateConfig) -> Any:

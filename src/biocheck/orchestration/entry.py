@@ -44,9 +44,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 @functools.cache
 def expected_errors() -> tuple[type[BaseException], ...]:
     """Failures a user can fix, whose message says how (the CLI's list): never a traceback for these."""
-    from biocheck.agent.llm.base import LLMError
     from biocheck.data.fetch import FetchError
     from biocheck.io import InputError
+    from biocheck.llm.base import LLMError
     from biocheck.pubmed.types import SearchError  # StoreError too
     from biocheck.rewards.judge.base import JudgeError
     from biocheck.rewards.judge.cache import JudgeCacheError

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from biocheck.evaluate.config import EvaluateConfig
 from biocheck.evaluate.gallery_svg import interval, number
-from biocheck.evaluate.headline import PAIRED_NAMES, dataset_notes
+from biocheck.evaluate.headline import PAIRED_NAMES, dataset_notes, p_text
 from biocheck.orchestration.dvc import DvcError, metrics_diff
 from biocheck.secrets import redact
 
@@ -230,11 +230,10 @@ def _sub(d: Mapping, key: str) -> Mapping:
 
 
 def _p(x: object) -> str:
-    v = number(x)
-    if v is None:
+    p = p_text(x)
+    if p is None:
         return "n/a"
-    text = "<0.001" if v < 0.001 else f"{v:.3f}"
-    return f"**{text}**" if v < 0.05 else text
+    return f"**{p[0]}**" if p[1] else p[0]
 
 
 def _diff(stat: Mapping) -> str:

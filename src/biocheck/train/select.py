@@ -105,7 +105,7 @@ def register(cfg: SelectConfig, best: dict[str, Any], variant: str = "eg_grpo") 
     """Register models/selected as a new version of `cfg.registered_model` under `cfg.alias` (champion), from
     the run `select <variant>`; None when tracking is off or fails (the selection itself is written)."""
     from biocheck import tracking
-    from biocheck.agent.llm.transformers_backend import model_fingerprint
+    from biocheck.llm.load import model_fingerprint
 
     if not tracking.enabled():
         return None

@@ -7,14 +7,29 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from biocheck import tracking
 from biocheck.agent.prompts import Prompts
 from biocheck.io import write_json_atomic
-from biocheck.pipeline import TrainSetup
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainSetup:
+    """Everything a training run needs, from params (`biocheck.pipeline.train_setup` builds it)."""
+
+    train: Any
+    agent: Any
+    search: Any
+    reward: Any
+    judge: Any  # biocheck.build.JudgeConfig
+    model: Any
+    prepared: Path
+
 
 SFT_KEY = "sft_key.json"  # the inputs the warm start in a folder was trained from
 SFT_STATS = "sft_stats.json"
@@ -35,15 +50,22 @@ def run_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: l
     judge cache's location is left out: it changes no score; so are the `agent:` settings training never reads
     (`TRAINING_AGENT_FIELDS` names the ones it does).
     """
-    from biocheck.params import plain
     from biocheck.rewards.judge.base import judge_prompt_hash
     from biocheck.train.grpo import fingerprint_inputs
 
     return fingerprint_inputs({
-        "train": plain(c.train), "agent": {f: getattr(c.agent, f) for f in TRAINING_AGENT_FIELDS},
-        "search": plain(c.search),
-        "reward": plain(c.reward), "judge": c.judge.spec, "judge_prompt": judge_prompt_hash(),
+        **training_inputs(c), "judge_prompt": judge_prompt_hash(),
         "prompts": prompts.hash(), "base": base_fingerprint, "train_ids": list(train_ids), "val_ids": list(val_ids)})
+
+
+def training_inputs(c: TrainSetup) -> dict[str, Any]:
+    """The params a training run learns from, as plain data: `run_key` hashes them, and dvc.yaml's `train`
+    params are exactly the keys that change them (tests/test_dvc_params.py). The judge's cache and batch
+    size change no score, and only `TRAINING_AGENT_FIELDS` of `agent:` are read."""
+    from biocheck.params import plain
+
+    return {"train": plain(c.train), "agent": {f: getattr(c.agent, f) for f in TRAINING_AGENT_FIELDS},
+            "search": plain(c.search), "reward": plain(c.reward), "judge": c.judge.spec}
 
 
 def _quiet_transformers(progress: bool) -> None:
@@ -117,10 +139,10 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
 def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     """`biocheck sft`: the warm start every reward variant's GRPO begins from (train.sft.out_dir). With
     train.sft.enabled false the folder only records that (DVC needs the stage's output)."""
-    from biocheck.agent.llm.transformers_backend import model_fingerprint
+    from biocheck.build import make_prompts, make_search_tool
     from biocheck.data.prepare import load_split
     from biocheck.io import atomic_dir
-    from biocheck.pipeline import make_prompts, make_search_tool
+    from biocheck.llm.load import model_fingerprint
     from biocheck.train.sft import SFTConfig
 
     _quiet_transformers(progress)
@@ -137,7 +159,7 @@ def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
 
 
 def make_bank(c: TrainSetup):
-    from biocheck.pipeline import make_judge
+    from biocheck.build import make_judge
     from biocheck.train.reward_funcs import RewardBank
 
     # The judge also runs for outcome_only: its components are logged (weight 0) for the comparison.
@@ -155,10 +177,10 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from accelerate import PartialState
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from biocheck.agent.llm.transformers_backend import model_fingerprint
+    from biocheck.build import make_prompts, make_search_tool
     from biocheck.data.prepare import load_split
+    from biocheck.llm.load import model_fingerprint
     from biocheck.params import plain
-    from biocheck.pipeline import make_prompts, make_search_tool
     from biocheck.train.callbacks import SampleEpisodes
     from biocheck.train.dataset import to_dataset
     from biocheck.train.env import env_factory

@@ -18,6 +18,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from biocheck.agent.limits import MAX_SEARCHES
+
 NAMES = ("system", "user", "intervention", "refusal")
 LABEL_ONLY = ("system", "intervention")  # the texts that ask for the report; the others are shared
 
@@ -29,7 +31,7 @@ def _raw(name: str) -> str:
 
 @dataclass(frozen=True)
 class Prompts:
-    max_searches: int = 5
+    max_searches: int = MAX_SEARCHES
     papers_per_search: int = 5
     report: bool = True  # False: the label-only variant (final answer = a label, no report)
 
@@ -76,3 +78,10 @@ class Prompts:
             h.update(self._file(name).encode() + b"\0" + text.encode() + b"\0")
         h.update(json.dumps(self.tool_schema(), sort_keys=True).encode())
         return h.hexdigest()[:16]
+
+
+def prompt_texts() -> list[str]:
+    """The prompts of the report-writing agent the model is trained as (`NAMES`),
+    sorted by name; evaluation-only variants (the label-only prompts of `pmsearch`) are left out."""
+    root = resources.files(__name__)
+    return [root.joinpath(f"{name}.md").read_text(encoding="utf-8") for name in sorted(NAMES)]

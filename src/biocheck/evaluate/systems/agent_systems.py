@@ -13,11 +13,11 @@ import json
 from typing import Any
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode
-from biocheck.agent.llm.base import ChatLLM
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.run import NOT_IN_KEY
 from biocheck.data.schema import ClaimRecord
 from biocheck.io import json_digest
+from biocheck.llm.base import ChatLLM
 from biocheck.report.schema import Report
 
 NO_LABEL = "no label in the final answer"  # pmsearch's one parse problem

@@ -33,7 +33,6 @@ from typing import Any
 
 from biocheck.agent.budget import SearchBudget
 from biocheck.agent.episode import Episode
-from biocheck.agent.llm.base import AssistantTurn, ChatLLM
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import TOOL_NAME
 from biocheck.data.schema import ClaimRecord
@@ -41,6 +40,7 @@ from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.trace import Trace, fingerprint
 from biocheck.evaluate.systems.verdict import read_verdict
 from biocheck.labels import Label
+from biocheck.llm.base import AssistantTurn, ChatLLM
 
 NAME = "fire"
 MALFORMED = "malformed_output"

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from biocheck.agent.episode import Episode
-from biocheck.agent.llm.base import ChatLLM
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.trace import Trace, fingerprint
 from biocheck.evaluate.systems.verdict import read_verdict
+from biocheck.llm.base import ChatLLM
 
 NAME = "no_retrieval"
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
+from biocheck.llm.spec import split_spec
+
 RANKERS = ("bm25", "encoder:<hf model id or path>")
 
 
@@ -24,10 +26,10 @@ class Ranker(Protocol):
 
 
 def make_ranker(spec: str) -> Ranker:
-    kind, sep, ref = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    kind, ref = split_spec(spec) if isinstance(spec, str) else ("", "")
     if spec == "bm25":
         return BM25Ranker()
-    if kind == "encoder" and sep and ref.strip():
+    if kind == "encoder" and ref.strip():
         return EncoderRanker(ref.strip())
     raise ValueError(f"cer.ranker: {spec!r} is not a ranker; use 'bm25' (offline) or 'encoder:<hf model id or "
                      "path>' (e.g. encoder:sentence-transformers/all-MiniLM-L6-v2)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from biocheck.llm.spec import split_spec
 from biocheck.rewards.judge.align_judge import AlignJudge, is_align_judge
 from biocheck.rewards.judge.base import (
     ANSWER_WORDS,
@@ -43,15 +44,15 @@ def make_judge(spec: str | None, *, batch_size: int = 8, cache: str | os.PathLik
     """
     if spec is None or str(spec).strip().lower() in OFF:
         return None
-    kind, sep, ref = str(spec).partition(":")
+    kind, ref = split_spec(spec)
     judge: Judge
-    if kind == "transformers" and sep and ref:
+    if kind == "transformers" and ref:
         if is_align_judge(ref):  # a folder written by `judge train` (recipe align): same protocol, other read-out
             kwargs.pop("mode", None)
             judge = AlignJudge(ref, batch_size=batch_size, **kwargs)
         else:
             judge = TransformersJudge(ref, batch_size=batch_size, **kwargs)
-    elif kind == "openai" and sep and ref:
+    elif kind == "openai" and ref:
         kwargs.setdefault("workers", batch_size)
         judge = OpenAIJudge(ref, **kwargs)
     else:

@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from biocheck.agent.tools import sentence_spans
+from biocheck.llm.spec import spec_ref
 from biocheck.rewards.judge.base import (
     DEFAULT_MAX_ABSTRACT_CHARS,
     KEYS,
@@ -38,6 +38,7 @@ from biocheck.rewards.judge.base import (
 )
 from biocheck.rewards.judge.cues import N_CUES, counts, cue_features
 from biocheck.rewards.judge.transformers_judge import TransformersJudge, _chat
+from biocheck.text import sentence_spans
 
 HEAD_FILE = "judge_head.json"
 FEATURES = "align-v2"  # the feature set below; a head made for another is refused
@@ -95,7 +96,7 @@ def is_align_judge(ref: str | Path) -> bool:
 
 def judge_fingerprint(folder: Path) -> str:
     """The weights' fingerprint, and the head's bytes where there is one: retraining either changes every score."""
-    from biocheck.agent.llm.transformers_backend import model_fingerprint
+    from biocheck.llm.load import model_fingerprint
 
     base = model_fingerprint(folder)
     if not is_align_judge(folder):
@@ -174,7 +175,7 @@ class AlignJudge(TransformersJudge):
 
     def __init__(self, model: str | Path, *, batch_size: int = 8, device: str = "auto", dtype: str | None = None,
                  max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS) -> None:
-        ref = str(model).removeprefix("transformers:")
+        ref = spec_ref(model, "transformers")
         self.head = AlignHead.load(Path(ref))
         super().__init__(ref, batch_size=batch_size, device=device, dtype=dtype, max_abstract_chars=max_abstract_chars)
         if not getattr(self.tokenizer, "is_fast", False):

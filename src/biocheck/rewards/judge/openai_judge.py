@@ -31,7 +31,7 @@ from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
 
-SPEC_PREFIX = "openai:"
+KIND = "openai"
 
 
 def label_of(token: str) -> str | None:
@@ -74,12 +74,13 @@ class OpenAIJudge:
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  top_logprobs: int = 20, workers: int = 8, timeout: float = 120.0, max_attempts: int = 4,
                  max_abstract_chars: int | None = DEFAULT_MAX_ABSTRACT_CHARS) -> None:
-        from biocheck.agent.llm.openai_backend import OpenAIChat
+        from biocheck.llm.openai_backend import OpenAIChat
+        from biocheck.llm.spec import spec_ref
 
-        model = model[len(SPEC_PREFIX):] if model.startswith(SPEC_PREFIX) else model
+        model = spec_ref(model, KIND)
         if not model:
             raise JudgeError("openai judge: empty model name")
-        self.spec = f"{SPEC_PREFIX}{model}"
+        self.spec = f"{KIND}:{model}"
         self.model = model
         self.top_logprobs = top_logprobs
         self.workers = max(1, workers)
@@ -104,7 +105,7 @@ class OpenAIJudge:
     def _one(self, prompt: str) -> Scores:
         body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 1,
                 "temperature": 0.0, "logprobs": True, "top_logprobs": self.top_logprobs}
-        from biocheck.agent.llm.base import LLMError
+        from biocheck.llm.base import LLMError
 
         try:
             data = self._chat._post("/chat/completions", body)

@@ -38,7 +38,7 @@ from biocheck.rewards.judge.base import (
 
 log = logging.getLogger(__name__)
 
-SPEC_PREFIX = "transformers:"
+SPEC_PREFIX = "transformers:"  # a judge handed a loaded model names itself like one it loaded
 Mode = Literal["auto", "first_token", "sequence"]
 
 
@@ -142,23 +142,19 @@ class TransformersJudge:
         self._per_row_keep = _has_per_row_logits_to_keep()
 
     def _load(self, ref: str, device: str, dtype: str | None) -> None:
-        from biocheck.models.load import load_causal_lm
-        from biocheck.models.resolve import ModelNotFoundError, resolve_model
+        from biocheck.io import InputError
+        from biocheck.llm.load import load_model
 
-        ref = ref[len(SPEC_PREFIX):] if ref.startswith(SPEC_PREFIX) else ref
-        self.spec = f"{SPEC_PREFIX}{ref}"
         try:
-            self.path = resolve_model(ref)
-        except ModelNotFoundError as e:
+            loaded = load_model(ref, device, dtype)
+        except InputError as e:
             raise JudgeError(str(e)) from None
-        try:
-            self.model, self.tokenizer, self.device = load_causal_lm(self.path, device, dtype)
-        except (OSError, ValueError, KeyError) as e:
-            raise JudgeError(f"{self.spec}: could not load the model/tokenizer from {self.path}: {e}") from None
+        self.spec, self.path = loaded.spec, loaded.path
+        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            from biocheck.agent.llm.transformers_backend import model_fingerprint
+            from biocheck.llm.load import model_fingerprint
 
             if self.path is not None:
                 self._fingerprint = model_fingerprint(self.path)

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from biocheck.evaluate.metrics import classification_metrics
 from biocheck.labels import LABELS
+from biocheck.metrics import classification_metrics
 from biocheck.rewards.judge.base import KEYS, Judge, Scores
 from biocheck.rewards.judge_train.pairs import JudgePair
 

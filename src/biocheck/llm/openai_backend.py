@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from biocheck.agent.llm.base import AssistantTurn, GenerationConfig, LLMError, ToolCall
+from biocheck.llm.base import AssistantTurn, GenerationConfig, LLMError, ToolCall
 from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)

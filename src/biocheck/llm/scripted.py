@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from biocheck.agent.llm.base import AssistantTurn, LLMError, ToolCall
+from biocheck.llm.base import AssistantTurn, LLMError, ToolCall
 
 
 def _turn(raw: Any, i: int, where: str) -> AssistantTurn:

@@ -8,36 +8,17 @@ the same tool calls. Templates TRL does not recognise still work, as plain text 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
 from pathlib import Path
 from typing import Any
 
-from biocheck.agent.llm.base import AssistantTurn, GenerationConfig, LLMError, ToolCall
+from biocheck.io import InputError
+from biocheck.llm.base import AssistantTurn, GenerationConfig, LLMError, ToolCall
+from biocheck.llm.load import load_model, model_fingerprint
 
 log = logging.getLogger(__name__)
-
-SPEC_PREFIX = "transformers:"
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-HASH_LIMIT = 50 * 1024 * 1024  # weights files below this are hashed in full for the fingerprint
-
-
-def model_fingerprint(path: Path) -> str:
-    """Short sha256 over config.json and the weights files' names + sizes (+ contents for files under 50 MB)."""
-    h = hashlib.sha256()
-    config = path / "config.json"
-    h.update(config.read_bytes() if config.is_file() else b"")
-    for f in sorted(p for p in path.iterdir() if p.name.endswith(WEIGHT_SUFFIXES)):
-        size = f.stat().st_size  # follows the HF cache's symlinks
-        h.update(f"\0{f.name}\0{size}".encode())
-        if size < HASH_LIMIT:
-            with f.open("rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023 - consumed at once
-                    h.update(block)
-    return h.hexdigest()[:12]
-
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
@@ -130,23 +111,13 @@ class TransformersChat:
 
     def __init__(self, model: str | Path, generation: GenerationConfig | None = None, *, device: str = "auto",
                  dtype: str | None = None, cache_dir: str | Path | None = None) -> None:
-        from biocheck.models.resolve import ModelNotFoundError, resolve_model
-
-        ref = str(model)
-        ref = ref[len(SPEC_PREFIX):] if ref.startswith(SPEC_PREFIX) else ref
-        self.spec = f"{SPEC_PREFIX}{ref}"
         self.generation = generation or GenerationConfig()
         try:
-            self.path = resolve_model(ref, cache_dir=cache_dir)
-        except ModelNotFoundError as e:
+            loaded = load_model(model, device, dtype, cache_dir=cache_dir)
+        except InputError as e:
             raise LLMError(str(e)) from None
-
-        from biocheck.models.load import load_causal_lm
-
-        try:
-            self.model, self.tokenizer, self.device = load_causal_lm(self.path, device, dtype)
-        except (OSError, ValueError, KeyError) as e:
-            raise LLMError(f"{self.spec}: could not load the model/tokenizer from {self.path}: {e}") from None
+        self.spec, self.path = loaded.spec, loaded.path
+        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         if not self.tokenizer.chat_template:
             raise LLMError(f"{self.spec}: the tokenizer has no chat template (an instruct/chat model is needed).")
 

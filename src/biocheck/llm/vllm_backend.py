@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from biocheck.agent.llm.base import AssistantTurn, GenerationConfig, LLMError
+from biocheck.llm.base import AssistantTurn, GenerationConfig, LLMError
 
 
 class VLLMChat:
@@ -21,8 +21,9 @@ class VLLMChat:
             raise LLMError("the vllm backend needs vLLM and a GPU: pip install -e '.[gpu]'") from None
         from vllm import LLM
 
-        from biocheck.agent.llm.transformers_backend import model_fingerprint, parse_completion
-        from biocheck.models.resolve import resolve_model
+        from biocheck.llm.load import model_fingerprint
+        from biocheck.llm.resolve import resolve_model
+        from biocheck.llm.transformers_backend import parse_completion
 
         self.spec = f"vllm:{model}"
         self.gen = gen or GenerationConfig()

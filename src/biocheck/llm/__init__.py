@@ -8,29 +8,30 @@
 
 from __future__ import annotations
 
-from biocheck.agent.llm.base import AssistantTurn, ChatLLM, GenerationConfig, LLMError, ToolCall
+from biocheck.llm.base import AssistantTurn, ChatLLM, GenerationConfig, LLMError, ToolCall
+from biocheck.llm.spec import split_spec
 
 KINDS = ("transformers", "openai", "vllm", "scripted")
 
 
 def make_llm(spec: str, gen: GenerationConfig | None = None) -> ChatLLM:
-    kind, sep, ref = spec.partition(":")
-    if not sep or not ref or kind not in KINDS:
+    kind, ref = split_spec(spec)
+    if not ref or kind not in KINDS:
         raise LLMError(f"bad LLM spec {spec!r}: expected KIND:REF with KIND one of {', '.join(KINDS)} "
                        "(e.g. transformers:models/base, openai:gpt-4o-mini, scripted:episode.json)")
     if kind == "scripted":
-        from biocheck.agent.llm.scripted import ScriptedChat
+        from biocheck.llm.scripted import ScriptedChat
 
         return ScriptedChat.from_file(ref)
     if kind == "openai":
-        from biocheck.agent.llm.openai_backend import OpenAIChat
+        from biocheck.llm.openai_backend import OpenAIChat
 
         return OpenAIChat(ref, gen)
     if kind == "vllm":
-        from biocheck.agent.llm.vllm_backend import VLLMChat
+        from biocheck.llm.vllm_backend import VLLMChat
 
         return VLLMChat(ref, gen)
-    from biocheck.agent.llm.transformers_backend import TransformersChat
+    from biocheck.llm.transformers_backend import TransformersChat
 
     return TransformersChat(ref, gen)
 

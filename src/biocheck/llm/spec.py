@@ -1,0 +1,17 @@
+"""Model specs, "KIND:REF": transformers:models/base, openai:gpt-4o-mini, vllm:Qwen/Qwen3-4B, scripted:turns.json,
+and the same shape for rankers (encoder:<model>). The one parser: the chat backends, the judges, the
+evaluation's model policy and the reports all read a spec here."""
+
+from __future__ import annotations
+
+
+def split_spec(spec: object) -> tuple[str, str]:
+    """(KIND, REF) of "KIND:REF"; ("", spec) when there is no colon (a bare path, id or word)."""
+    kind, sep, ref = str(spec if spec is not None else "").partition(":")
+    return (kind, ref) if sep else ("", kind)
+
+
+def spec_ref(spec: object, kind: str) -> str:
+    """REF when `spec` is "`kind`:REF", else `spec` itself (a backend takes its spec with or without its kind)."""
+    k, ref = split_spec(spec)
+    return ref if k == kind else str(spec)

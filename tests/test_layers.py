@@ -1,0 +1,56 @@
+"""The package's layers (pyproject.toml, [tool.importlinter]) hold: `lint-imports` passes on the package, and
+fails, naming the import, when a module imports upward or two sub-packages import each other."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(src: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run([str(LINT), "--config", str(REPO / "pyproject.toml"), "--no-cache"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_package_keeps_its_layers_and_has_no_cycles():
+    r = lint(REPO / "src")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 kept, 0 broken" in r.stdout, r.stdout
+
+
+def _copy(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "src" / "biocheck", src / "biocheck", ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+@pytest.mark.parametrize(("module", "line", "named"), [
+    ("rewards/components.py", "from biocheck.agent import tools", "biocheck.rewards.components -> biocheck.agent.tools"),
+    ("train/env.py", "import biocheck.pipeline", "biocheck.train.env -> biocheck.pipeline"),
+    ("metrics.py", "from biocheck.evaluate import ratios", "biocheck.metrics -> biocheck.evaluate.ratios"),
+    ("evaluate/shards.py", "from biocheck.train import select", "biocheck.evaluate.shards -> biocheck.train.select"),
+])
+def test_a_wrong_way_import_breaks_the_layers(tmp_path, module, line, named):
+    src = _copy(tmp_path)
+    path = src / "biocheck" / module
+    path.write_text(path.read_text() + f"\n{line}  # a wrong-way import\n")
+    r = lint(src)
+    assert r.returncode != 0 and "BROKEN" in r.stdout and named in r.stdout, r.stdout
+
+
+def test_a_cycle_inside_a_layer_is_caught(tmp_path):
+    """Two modules of one package that import each other (agent.prompts -> agent.episode -> agent.prompts)."""
+    src = _copy(tmp_path)
+    path = src / "biocheck" / "agent" / "prompts" / "__init__.py"
+    path.write_text(path.read_text() + "\nfrom biocheck.agent import episode  # a cycle: episode imports prompts\n")
+    r = lint(src)
+    assert r.returncode != 0 and "No import cycle" in r.stdout and "BROKEN" in r.stdout, r.stdout
