@@ -23,12 +23,12 @@ from pathlib import Path
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 
-from biocheck.build import params_of
 from biocheck.evaluate.shards import Shard, plan
 from biocheck.io import InputError
 from biocheck.orchestration import entry
 from biocheck.orchestration.dask import task_runner
 from biocheck.pipeline import MODEL_ALIASES, evaluate_setup, evaluate_shard, evaluate_stage, orchestrate_config
+from biocheck.wiring import params_of
 
 
 # The harness keeps its own cache (traces), so Prefect's input cache is off for every task.

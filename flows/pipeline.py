@@ -25,11 +25,11 @@ from prefect.exceptions import ObjectNotFound  # noqa: E402
 from prefect.runtime import flow_run  # noqa: E402
 
 from biocheck import tracking  # noqa: E402
-from biocheck.build import params_of  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry  # noqa: E402
 from biocheck.pipeline import orchestrate_config  # noqa: E402
 from biocheck.rewards.components import VARIANTS  # noqa: E402
+from biocheck.wiring import params_of  # noqa: E402
 from flows.data import data_flow  # noqa: E402
 from flows.evidence import evidence_flow  # noqa: E402
 from flows.tasks import evaluate_task, main, pull_task, push_task  # noqa: E402

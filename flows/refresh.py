@@ -29,12 +29,12 @@ from pathlib import Path
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 
-from biocheck.build import params_of, refresh_config
 from biocheck.evaluate.shards import split
 from biocheck.orchestration import dvc, entry
 from biocheck.orchestration.dask import task_runner
 from biocheck.pipeline import orchestrate_config, refresh_stage
 from biocheck.pubmed.refresh import QueryChange, RefreshConfig, recorded_queries, refresh_queries
+from biocheck.wiring import params_of, refresh_config
 
 STAGE = "evidence"  # the DVC stage whose `persist` output is the evidence store (dvc.yaml)
 

@@ -21,11 +21,11 @@ from typing import Any
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from biocheck.build import params_of, validate_config
 from biocheck.io import InputError
 from biocheck.orchestration import dvc, entry
 from biocheck.orchestration.artifacts import metric_rows, validation_markdown, validation_summary
 from biocheck.pipeline import evaluate_config
+from biocheck.wiring import params_of, validate_config
 
 HOUR = 3600
 TIMEOUT_S = {

@@ -103,10 +103,10 @@ def test_params_is_the_quickstart_profile_and_profiles_share_keys():
 
 @pytest.mark.parametrize(("start", "shown"), [(0.6908994913101196, "start 0.6909)"), (None, "start not measured)")])
 def test_select_prints_the_start_reward_rounded_or_says_it_was_not_measured(monkeypatch, tmp_path, start, shown):
-    import biocheck.build as build
     import biocheck.pipeline as pipeline
+    import biocheck.wiring as wiring
 
-    monkeypatch.setattr(build, "params_of", lambda params: {})
+    monkeypatch.setattr(wiring, "params_of", lambda params: {})
     monkeypatch.setattr(pipeline, "select_config", lambda params, variant=None: type("C", (), {"out_dir": tmp_path})())
     monkeypatch.setattr(pipeline, "select_stage", lambda params, register=None, variant="eg_grpo": {
         "selected_step": 2, "selected_eval_reward": 1.0529, "start_eval_reward": start})

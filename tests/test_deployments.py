@@ -84,11 +84,11 @@ def test_default_parameters_fit_the_flow(name):
 
 
 def test_on_demand_evaluation_writes_beside_the_dvc_outputs():
-    from biocheck import build, pipeline
+    from biocheck import pipeline, wiring
 
     out = DEPLOYMENTS["evaluate"]["parameters"]["out"]
     assert out == "runs/evaluate" and "/runs/" in (REPO / ".gitignore").read_text().splitlines()
-    dvc_metrics = pipeline.evaluate_config(build.params_of(REPO / "params.yaml")).metrics_path
+    dvc_metrics = pipeline.evaluate_config(wiring.params_of(REPO / "params.yaml")).metrics_path
     assert not Path(dvc_metrics).is_relative_to(out)
 
 

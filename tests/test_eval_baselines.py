@@ -12,7 +12,6 @@ import copy
 import pytest
 
 from biocheck.agent.episode import Episode
-from biocheck.build import make_search_tool
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.base import System
@@ -25,6 +24,7 @@ from biocheck.labels import DISPLAY, Label
 from biocheck.llm.base import AssistantTurn, LLMError, ToolCall
 from biocheck.pubmed.search import SearchConfig, ToolOutput, article_dict
 from biocheck.pubmed.types import Article
+from biocheck.wiring import make_search_tool
 
 CLAIM = ClaimRecord(id="7", dataset="scifact", split="test", claim="Vitamin D supplementation reduces hip fractures.",
                     label=Label.SUPPORTED)

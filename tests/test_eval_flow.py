@@ -13,7 +13,7 @@ import pytest
 import yaml
 from flows.evaluate import evaluate_flow, main, shard_task  # Prefect's log handlers bind stderr now, not a test's
 
-from biocheck import build, pipeline
+from biocheck import pipeline, wiring
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.shards import Shard, plan, split
 from biocheck.io import InputError
@@ -172,7 +172,7 @@ def local_models(project) -> dict:
     for folder in ("models/base", "models/selected", "models/selected_outcome_only", "runs/ckpt-7"):
         (project / folder).mkdir(parents=True)
         (project / folder / "config.json").write_text("{}")
-    return build.params_of("params.yaml")
+    return wiring.params_of("params.yaml")
 
 
 @pytest.mark.parametrize("model, spec", [

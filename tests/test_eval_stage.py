@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from biocheck import build, pipeline
+from biocheck import pipeline, wiring
 from biocheck.cli import app
 from biocheck.io import InputError
 from tests.builders import write_test_splits
@@ -174,7 +174,7 @@ def test_eqs_by_the_training_judge_is_said_and_a_missing_judge_names_its_stage(p
     assert "dvc repro judge_eqs" in r.output and "Traceback" not in r.output
     built = []
     monkeypatch.setattr(pipeline, "make_judge", lambda cfg: built.append(cfg.spec) or object())
-    p = build.params_of(project / "params.yaml")
+    p = wiring.params_of(project / "params.yaml")
     (project / "models" / "judge_eqs").mkdir()
     _, about = pipeline.eval_scorer(p, pipeline.evaluate_config(p, datasets=["scifact"]))
     assert built == ["transformers:models/judge", "transformers:models/judge_eqs"]
@@ -182,6 +182,6 @@ def test_eqs_by_the_training_judge_is_said_and_a_missing_judge_names_its_stage(p
     assert about["scifact"]["eqs_by_training_judge"] is False
     params["evaluate"]["eqs_judge"] = None  # EQS by the training judge: built once, and said
     built.clear()
-    p = build.params_of(params)
+    p = wiring.params_of(params)
     _, about = pipeline.eval_scorer(p, pipeline.evaluate_config(p, datasets=["scifact"]))
     assert built == ["transformers:models/judge"] and about["scifact"]["eqs_by_training_judge"] is True

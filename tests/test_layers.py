@@ -54,3 +54,14 @@ def test_a_cycle_inside_a_layer_is_caught(tmp_path):
     path.write_text(path.read_text() + "\nfrom biocheck.agent import episode  # a cycle: episode imports prompts\n")
     r = lint(src)
     assert r.returncode != 0 and "No import cycle" in r.stdout and "BROKEN" in r.stdout, r.stdout
+
+
+def test_no_source_file_is_ignored_by_git():
+    """A package git ignores (a folder named `build/`, say) passes every local test and is missing from every
+    clone: each module of the package must be one git would commit."""
+    files = [str(p.relative_to(REPO)) for p in (REPO / "src" / "biocheck").rglob("*.py") if "__pycache__" not in p.parts]
+    r = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=REPO, input="\n".join(files),
+                       capture_output=True, text=True)
+    if r.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert r.stdout.split() == [], r.stdout

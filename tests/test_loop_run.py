@@ -12,12 +12,12 @@ import pytest
 from biocheck.agent.episode import Agent, AgentConfig, Episode, QueryRecord
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.run import read_claims, run_batch, summarize, trace_path, write_trace
-from biocheck.build import make_agent
 from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.llm import GenerationConfig
 from biocheck.llm.scripted import ScriptedChat
 from biocheck.pubmed.search import SearchConfig
+from biocheck.wiring import make_agent
 from tests.test_agent import REPORT
 from tests.test_loop_graph import A1, A1_EDITED, A2, TABLE, TableTool, calls
 
@@ -107,7 +107,7 @@ def test_the_final_text_is_only_an_assistants():
     assert ep.messages[-1]["role"] == "user" and ep.final_text == "" and ep.report.conclusion is None
 
 
-# -- build.make_agent --------------------------------------------------------------------------------------------
+# -- wiring.make_agent -------------------------------------------------------------------------------------------
 
 
 def test_build_agent_passes_the_generation_settings_and_the_search_backend(monkeypatch, evidence):

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from biocheck import build, pipeline
+from biocheck import pipeline, wiring
 from biocheck.io import atomic_path
 from tests.builders import write_test_splits
 from tests.conftest import REPO
@@ -139,7 +139,7 @@ def evaluation(server: MlflowServer, tmp_path_factory) -> Evaluation:
                                              model="scripted:refutes.json")
         assert "mlflow" not in result["skipped"], f"the evaluation did not reach MLflow: {result['skipped']}"
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    name = build.tracking_config(params).experiments["eval"]  # params.yaml tracking.experiments.eval
+    name = wiring.tracking_config(params).experiments["eval"]  # params.yaml tracking.experiments.eval
     exp = server.get("experiments/get-by-name", experiment_name=name)["experiment"]
     parents = server.search_runs(exp["experiment_id"], "attributes.run_name = 'evaluate'")
     assert parents, f"no run named 'evaluate' in experiment {exp['name']}"

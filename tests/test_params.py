@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from biocheck import build as b
 from biocheck import pipeline as pl
+from biocheck import wiring as b
 from biocheck.io import InputError
 from biocheck.params import load_params
 from tests.conftest import REPO

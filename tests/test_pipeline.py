@@ -118,8 +118,8 @@ VARIANTS = ("eg_grpo", "outcome_only")
 
 def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
     """stage -> (paths its config reads, paths it writes), from params.yaml through biocheck.pipeline."""
-    from biocheck import build as b
     from biocheck import pipeline as c
+    from biocheck import wiring as b
 
     fetch, prep, val = b.fetch_config(params), b.prepare_config(params), b.validate_config(params)
     ev, model = b.evidence_config(params), b.model_config(params)

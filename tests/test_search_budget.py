@@ -308,8 +308,8 @@ def test_the_system_prompt_and_the_tool_description_state_the_tools_paper_count(
 
 
 def test_the_quickstart_tool_says_what_the_quickstart_search_returns(evidence_workdir, tmp_path):
-    from biocheck.build import agent as make_agent_from_params
-    from biocheck.build import make_prompts
+    from biocheck.wiring import agent as make_agent_from_params
+    from biocheck.wiring import make_prompts
 
     script = tmp_path / "script.json"
     script.write_text("[]")

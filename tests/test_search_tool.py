@@ -204,7 +204,7 @@ def test_search_config_refuses_values_that_cannot_work(key, value, says):
 
 
 def test_the_params_loader_names_the_key_in_one_line(tmp_path):
-    from biocheck.build import search_config
+    from biocheck.wiring import search_config
 
     for key, value in (("max_attempts", 0), ("timeout_s", -1)):
         with pytest.raises(InputError, match=rf"section 'search': search\.{key}: {value} must") as err:

@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from biocheck import tracking
-from biocheck.build import tracking_config
 from biocheck.io import InputError
 from biocheck.pipeline import prepare_stage, validate_stage
 from biocheck.tracking import flatten, repo_root, tracking_uri
+from biocheck.wiring import tracking_config
 from tests.conftest import REPO
 from tests.test_pipeline_flow import _project, steps  # noqa: F401 (fixture: the pipeline flow's steps recorded)
 

@@ -215,8 +215,8 @@ def test_each_checkpoint_needs_a_validation_reward():
 
 
 def test_train_setup_reads_every_section_and_the_overrides():
-    from biocheck.build import JudgeConfig, agent_config, model_config, reward_config, search_config
     from biocheck.pipeline import train_config
+    from biocheck.wiring import JudgeConfig, agent_config, model_config, reward_config, search_config
 
     params = _params(judge="openai:j", judge_cache="somewhere/j.sqlite")
     params["train"]["search_backend"] = "replay"

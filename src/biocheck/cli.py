@@ -204,8 +204,8 @@ def evidence_build(
 @evidence_app.command("stats")
 def evidence_stats(params: ParamsOpt = Path("params.yaml")) -> None:
     """Print the local index and evidence store statistics as JSON."""
-    from biocheck.build import params_of, search_config
     from biocheck.pubmed.build import evidence_stats as stats
+    from biocheck.wiring import params_of, search_config
 
     cfg = _run(search_config, _run(params_of, params))
     typer.echo(json.dumps(_run(stats, cfg.index_dir, cfg.store), indent=2, default=str))
@@ -285,7 +285,7 @@ def search(
     With --json each query prints {"query", "results": [{"pmid", "title", "abstract", ...}],
     "error"}. A bad query is reported in "error" (exit code 1 for a single query).
     """
-    from biocheck.build import make_search_tool, params_of, search_config
+    from biocheck.wiring import make_search_tool, params_of, search_config
 
     if (query is None) == (batch is None):
         _fail("give either a QUERY or --batch FILE (see `biocheck search --help`).", code=2)
@@ -411,10 +411,10 @@ def check(
     rest. Claims whose model failed are listed under "failed" in summary.json (exit code 1).
     """
     from biocheck.agent.run import choose_llm, describe_model, episode_error, read_claims, run_batch, write_trace
-    from biocheck.build import agent as make_agent
-    from biocheck.build import params_of
     from biocheck.params import raw_section
     from biocheck.pipeline import select_config
+    from biocheck.wiring import agent as make_agent
+    from biocheck.wiring import params_of
 
     if (claim is None) == (claims is None):
         _fail("give either a CLAIM or --claims FILE.jsonl --out DIR (see `biocheck check --help`).", code=2)
@@ -489,7 +489,7 @@ def _maybe_mlflow(enabled: bool, p: dict, params: dict, tags: dict):
     if not enabled:
         return contextlib.nullcontext()
     from biocheck import tracking
-    from biocheck.build import tracked
+    from biocheck.wiring import tracked
 
     track = _run(tracked, p)
 
@@ -532,9 +532,9 @@ def score(
     --traces DIR: mean of every component and the metrics (accuracy, macro P/R/F1 2-way and 3-way,
     confusion matrix, bootstrap 95% intervals, EQS, EHR). Judge scores are cached (reward.judge_cache).
     """
-    from biocheck.build import make_judge, params_of, reward_config
     from biocheck.evaluate.score import score_trace, score_traces
     from biocheck.labels import Label
+    from biocheck.wiring import make_judge, params_of, reward_config
 
     if (trace_file is None) == (traces is None):
         _fail("give either a TRACE file or --traces DIR (see `biocheck score --help`).", code=2)
@@ -634,8 +634,8 @@ def select_cmd(
     `--variant outcome_only` selects the comparison model from models/checkpoints_outcome_only into
     models/selected_outcome_only (alias `challenger`); the champion stays EG-GRPO's.
     """
-    from biocheck.build import params_of
     from biocheck.pipeline import select_config, select_stage
+    from biocheck.wiring import params_of
 
     cfg = _run(select_config, _run(params_of, params), variant=variant)
     result = _run(select_stage, params, register=False if no_register else None, variant=variant)

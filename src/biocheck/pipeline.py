@@ -1,9 +1,9 @@
 """The pipeline's stages: one function per DVC stage (`fetch_stage` ... `evaluate_stage`, plus `refresh_stage`
-and `audit_stage`), the configs of the stages above the build layer (train, select, evaluate, orchestrate,
+and `audit_stage`), the configs of the stages above the build layer, `wiring` (train, select, evaluate, orchestrate,
 audit), and what those stages need (the training setup, the evaluation's model policy and setup).
 
 Only `cli.py` (and through it DVC), the Prefect flows in `flows/` and the benchmarks in `bench/` import it;
-the configs and components below it are `biocheck.build`'s. Each stage function takes the params (a file
+the configs and components below it are `biocheck.wiring`'s. Each stage function takes the params (a file
 path or an already loaded dict) plus command-line overrides, runs the stage and records it in MLflow.
 """
 
@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from biocheck import tracking
-from biocheck.build import (
+from biocheck.io import InputError
+from biocheck.llm.spec import split_spec
+from biocheck.params import DEFAULT_PARAMS, plain, raw_section, section
+from biocheck.wiring import (
     agent_config,
     evidence_config,
     fetch_config,
@@ -39,9 +42,6 @@ from biocheck.build import (
     variant_suffix,
     with_default,
 )
-from biocheck.io import InputError
-from biocheck.llm.spec import split_spec
-from biocheck.params import DEFAULT_PARAMS, plain, raw_section, section
 
 log = logging.getLogger(__name__)
 

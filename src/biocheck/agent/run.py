@@ -1,6 +1,6 @@
 """Run the agent from the command line: which model, one trace per claim, resumable batches and a summary.
 
-The agent itself is built from params by `biocheck.build.agent`. A batch (`biocheck check --claims`)
+The agent itself is built from params by `biocheck.wiring.agent`. A batch (`biocheck check --claims`)
 writes one trace per claim as it finishes; each trace carries the key of what produced it (`run_key`),
 so a rerun reuses exactly the traces that the same claim, model, prompts and settings would produce again.
 """

@@ -26,7 +26,7 @@ class TrainSetup:
     agent: Any
     search: Any
     reward: Any
-    judge: Any  # biocheck.build.JudgeConfig
+    judge: Any  # biocheck.wiring.JudgeConfig
     model: Any
     prepared: Path
 
@@ -139,11 +139,11 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
 def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     """`biocheck sft`: the warm start every reward variant's GRPO begins from (train.sft.out_dir). With
     train.sft.enabled false the folder only records that (DVC needs the stage's output)."""
-    from biocheck.build import make_prompts, make_search_tool
     from biocheck.data.prepare import load_split
     from biocheck.io import atomic_dir
     from biocheck.llm.load import model_fingerprint
     from biocheck.train.sft import SFTConfig
+    from biocheck.wiring import make_prompts, make_search_tool
 
     _quiet_transformers(progress)
     sft_cfg = SFTConfig(**c.train.sft)
@@ -159,8 +159,8 @@ def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
 
 
 def make_bank(c: TrainSetup):
-    from biocheck.build import make_judge
     from biocheck.train.reward_funcs import RewardBank
+    from biocheck.wiring import make_judge
 
     # The judge also runs for outcome_only: its components are logged (weight 0) for the comparison.
     return RewardBank(c.reward, make_judge(c.judge))
@@ -177,7 +177,6 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from accelerate import PartialState
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from biocheck.build import make_prompts, make_search_tool
     from biocheck.data.prepare import load_split
     from biocheck.llm.load import model_fingerprint
     from biocheck.params import plain
@@ -185,6 +184,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from biocheck.train.dataset import to_dataset
     from biocheck.train.env import env_factory
     from biocheck.train.grpo import latest_checkpoint, make_trainer, prepare_out_dir
+    from biocheck.wiring import make_prompts, make_search_tool
 
     _quiet_transformers(progress)
     cfg, agent_cfg = c.train, c.agent

@@ -6,7 +6,7 @@
 
 Each system is built lazily (`Lazy`): its model is loaded on first use and dropped by `close()`, so an
 evaluation of several checkpoints holds one model at a time. Everything a system reuses comes from the same
-builders as `biocheck check`: the LLM backends (`make_llm`) and the search tool (`biocheck.build.make_search_tool`).
+builders as `biocheck check`: the LLM backends (`make_llm`) and the search tool (`biocheck.wiring.make_search_tool`).
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def _settings(name: str, agent_cfg: Any, eval_cfg: Any) -> Any:
 
 
 def _build(name: str, agent_cfg: Any, search_cfg: Any, settings: Any) -> Any:
-    from biocheck.build import make_prompts, make_search_tool
     from biocheck.llm import GenerationConfig, make_llm
+    from biocheck.wiring import make_prompts, make_search_tool
 
     gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
                            top_p=agent_cfg.top_p, seed=agent_cfg.seed)

@@ -5,7 +5,7 @@ queries, ledger of retrieved papers, final text, parsed report (a label-only sys
 empty but for its conclusion), model spec and fingerprint, prompt hash. The harness (evaluate/harness.py)
 caches episodes per (system fingerprint, claim id), scores them with the reward library (EQS, EHR for
 systems that write reports) and writes one `Prediction` per claim. Baselines reuse the agent's search
-tool (`SearchTool`, through `biocheck.build.make_search_tool`) and LLM backends (`make_llm`); none
+tool (`SearchTool`, through `biocheck.wiring.make_search_tool`) and LLM backends (`make_llm`); none
 re-implements them.
 """
 

@@ -1,7 +1,7 @@
 """`cer`: retrieve-then-verify in the style of CER: BM25 abstracts -> ranked sentences -> one verdict prompt.
 
 1. One search with the claim as the query: `retrieve` abstracts (20) from the agent's search tool in
-   BM25 mode (`SearchConfig(mode="bm25", max_results >= retrieve)` through biocheck.build.make_search_tool;
+   BM25 mode (`SearchConfig(mode="bm25", max_results >= retrieve)` through biocheck.wiring.make_search_tool;
    with live PubMed, PubMed's own relevance order). The search is kept in the trace like the agent's.
 2. Every sentence of those abstracts (the title counts as one) is ranked against the claim by the
    configured ranker (rankers.py: the local BM25 by default, an encoder when configured).
