@@ -13,7 +13,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,19 +221,32 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
     ):
         if done:
             bar.set_postfix(acc=f"{right / done:.3f}")
-        futures = {pool.submit(_run_one, system, c, keys[c.id], paths[c.id]): c for c in todo}
+        # At most `workers` claims in flight, the next submitted as one finishes: after a bug or Ctrl-C only
+        # those already running finish (their traces stay cached), however slowly this thread wakes up.
+        waiting, running = iter(todo), {}
+
+        def submit_next() -> None:
+            c = next(waiting, None)
+            if c is not None:
+                running[pool.submit(_run_one, system, c, keys[c.id], paths[c.id])] = c
+
+        for _ in range(max(1, workers)):
+            submit_next()
         try:
-            for fut in as_completed(futures):
-                c = futures[fut]
-                ep, error = fut.result()
-                episodes[c.id] = ep
-                if error is not None:
-                    errors[c.id] = error
-                    log.warning("%s/%s: claim %s failed: %s", system.name, dataset, c.id, error)
-                right += int(error is None and ep is not None and ep.report.conclusion == c.label)
-                done += 1
-                bar.update(1)
-                bar.set_postfix(acc=f"{right / done:.3f}")
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    c = running.pop(fut)
+                    ep, error = fut.result()
+                    episodes[c.id] = ep
+                    if error is not None:
+                        errors[c.id] = error
+                        log.warning("%s/%s: claim %s failed: %s", system.name, dataset, c.id, error)
+                    right += int(error is None and ep is not None and ep.report.conclusion == c.label)
+                    done += 1
+                    bar.update(1)
+                    bar.set_postfix(acc=f"{right / done:.3f}")
+                    submit_next()
         except BaseException:  # a bug or Ctrl-C: stop now (finished traces stay cached), not after every claim
             pool.shutdown(wait=True, cancel_futures=True)
             raise
