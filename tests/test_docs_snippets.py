@@ -99,7 +99,10 @@ def eutils():
         yield server
 
 
-@pytest.mark.parametrize(("doc", "line", "code"), blocks(), ids=[f"{d}:{n}" for d, n, _ in blocks()])
+BLOCKS = blocks()
+
+
+@pytest.mark.parametrize(("doc", "line", "code"), BLOCKS, ids=[f"{d}:{n}" for d, n, _ in BLOCKS])
 def test_the_snippet_runs(doc, line, code, project, eutils, monkeypatch):
     root, given = project
     monkeypatch.chdir(root)
@@ -111,5 +114,5 @@ def test_the_snippet_runs(doc, line, code, project, eutils, monkeypatch):
 
 def test_the_docs_have_snippets_to_run():
     """The collection finds the blocks (a changed fence style would silently test nothing)."""
-    found = {doc for doc, _, _ in blocks()}
+    found = {doc for doc, _, _ in BLOCKS}
     assert {"docs/evidence.md", "docs/report.md", "docs/rewards.md", "docs/models.md"} <= found

@@ -43,12 +43,13 @@ def project(tmp_path_factory) -> Path:
         shutil.copy2(REPO / name, work / name)
     shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     params = yaml.safe_load((work / "params.yaml").read_text())
+    declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     for stage, spec in stages().items():
-        key = stage.partition("@")[2]
+        name, _, key = stage.partition("@")
         for path in _entries(spec.get("deps")) + _entries(spec.get("outs")) + _entries(spec.get("metrics")) \
                 + _entries(spec.get("plots")):
             if key:
-                item = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage.split("@")[0]]["foreach"][key]
+                item = declared[name]["foreach"][key]
                 for field, value in item.items():
                     path = path.replace(f"${{item.{field}}}", str(value))
             target = work / path

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from biocheck import tracking
 from biocheck.io import InputError
@@ -42,6 +42,9 @@ from biocheck.wiring import (
     variant_suffix,
     with_default,
 )
+
+if TYPE_CHECKING:  # the training layer is imported when a stage runs, not when the CLI starts
+    from biocheck.train.stage import TrainSetup
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ def orchestrate_config(params: dict[str, Any], **overrides: Any):
     return section(params, "orchestrate", OrchestrateConfig, **overrides)
 
 
-def train_setup(params: dict[str, Any], variant: str | None = None, **overrides: Any) :
+def train_setup(params: dict[str, Any], variant: str | None = None, **overrides: Any) -> TrainSetup:
     """Everything one training run needs. `variant` trains another reward variant than reward.variant with
     everything else identical (the outcome-only comparison) into `_<variant>` paths."""
     p = params_of(params)
