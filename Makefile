@@ -17,7 +17,7 @@ export GX_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: quickstart test setup lock clean-venv mutation
+.PHONY: quickstart test setup lock clean-venv mutation fuzz
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,11 @@ quickstart: setup
 
 test: setup
 	pytest $(PYTEST_ARGS)
+
+# The fuzz suite (tests/fuzz/) with many more examples than `make test` runs (HYPOTHESIS_PROFILE=ci: 100 each);
+# a failure prints the example and how to replay it. About 10 minutes on 2 cores.
+fuzz: setup
+	HYPOTHESIS_PROFILE=fuzz pytest tests/fuzz $(PYTEST_ARGS)
 
 # Mutation testing of the modules that decide correctness (not in CI: about an hour on 2 cores).
 # Results: the per-module table printed at the end, bench/results/mutation.json, bench/results/mutation_survivors.md.

@@ -1,6 +1,7 @@
 """A local OpenAI-compatible server for tests and benchmarks: POST /v1/chat/completions answered by a function.
 
-`reply(body, headers) -> (status, payload)` decides each answer (payload None: an empty body); every
+`reply(body, headers) -> (status, payload)` decides each answer (payload None: an empty body; bytes: sent as
+they are, for answers that are not JSON); every
 request is recorded (path, Authorization header, parsed body). One thread per request, loopback only.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Reply = Callable[[dict[str, Any], Any], tuple[int, dict[str, Any] | None]]
+Reply = Callable[[dict[str, Any], Any], tuple[int, Any]]
 
 
 def assistant(msg: dict[str, Any], usage: dict[str, int] | None = None) -> dict[str, Any]:
@@ -36,7 +37,7 @@ class FakeOpenAI:
                 with lock:
                     fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
                 status, payload = reply(body, self.headers)
-                data = json.dumps(payload).encode() if payload is not None else b""
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode() if payload is not None else b""
                 self.send_response(status)
                 if data:
                     self.send_header("Content-Type", "application/json")

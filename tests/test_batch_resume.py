@@ -1,5 +1,6 @@
 """run_batch resumes per claim: a claim is rerun exactly when its own trace is missing, unreadable, or was made
-by something else (another claim text, model, prompt, agent or search setting); traces never share a file.
+for another claim text (another model, prompt, agent or search setting is another run, refused in the same
+folder: tests/test_batch_faults.py); traces never share a file.
 
 The scripted model records every conversation it answers, so the tests count the episodes that
 actually ran, not just the files on disk.
@@ -14,6 +15,7 @@ import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode
 from biocheck.agent.run import run_batch, trace_name, trace_path
+from biocheck.io import InputError
 from biocheck.llm import LLMError
 from biocheck.llm.scripted import ScriptedChat
 from tests.test_agent import REPORT
@@ -139,10 +141,12 @@ def test_a_changed_gold_label_or_dataset_reruns_that_claim(tmp_path):
     {"search": {**SEARCH, "index_dir": "other-index"}},
     {"llm": RecordingChat([{"content": REPORT + "\n"}])},  # another script: another model fingerprint
 ])
-def test_any_changed_setting_reruns_every_claim(tmp_path, change):
-    _run(tmp_path)
-    assert _run(tmp_path, **change) == ["c0", "c1", "c2", "c3"]
-    assert _run(tmp_path, **change) == []  # and the new traces are then reused
+def test_any_changed_setting_is_another_run_with_its_own_out(tmp_path, change):
+    _run(tmp_path / "first")
+    with pytest.raises(InputError, match="holds the traces of another run"):  # never two runs in one folder
+        _run(tmp_path / "first", **change)
+    assert _run(tmp_path / "second", **change) == ["c0", "c1", "c2", "c3"]
+    assert _run(tmp_path / "second", **change) == []  # and the new traces are then reused
 
 
 @pytest.mark.parametrize("cfg", [AgentConfig(llm="scripted:<inline>", workers=3)])
@@ -153,14 +157,14 @@ def test_how_many_run_at_once_and_entrez_timeouts_do_not_invalidate_traces(tmp_p
 
 def test_what_was_reused_and_what_was_rerun_is_said(tmp_path, caplog):
     _run(tmp_path)
-    edited = [dict(c, claim="Changed.") if c["claim_id"] == "c3" else c for c in CLAIMS]
+    edited = [dict(c, claim="Changed.", gold_label="NEI") if c["claim_id"] == "c3" else c for c in CLAIMS]
     with caplog.at_level(logging.INFO, logger="biocheck.agent.run"):
-        summary_run = _run(tmp_path, edited, cfg=AgentConfig(llm="scripted:<inline>", max_searches=4))
-    assert summary_run == ["c0", "c1", "c2", "c3"]
+        summary_run = _run(tmp_path, edited)
+    assert summary_run == ["c3"]
     text = caplog.text
-    assert "agent.max_searches" in text and "claim" in text and "reused 0 of 4" in text
+    assert "changed: claim, gold_label" in text and "c3" in text and "reused 3 of 4" in text
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["reused"] == 0 and sum(summary["rerun"].values()) == 4
+    assert summary["reused"] == 3 and summary["rerun"] == {"changed: claim, gold_label": 1}
 
 
 @pytest.mark.parametrize("content", ["{}", '{"claim": "Claim number 1 is tr', "", "\x00\xff"])

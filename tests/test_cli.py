@@ -84,7 +84,8 @@ def test_unknown_param_key_is_named(workdir):
 
 
 def test_profile_use_switches_params(workdir):
-    r = runner.invoke(app, ["profile", "use", "paper"])
+    # --force: this params.yaml points at the test data, an edit in no profile (test_output_guard.py)
+    r = runner.invoke(app, ["profile", "use", "paper", "--force"])
     assert r.exit_code == 0, r.output
     assert yaml.safe_load((workdir / "params.yaml").read_text())["profile"] == "paper"
     assert runner.invoke(app, ["profile", "use", "nope"]).exit_code == 1

@@ -67,7 +67,8 @@ ALTERNATIVES = {"reward.variant": ["outcome_only"], "search.backend": ["replay",
                 "model.source": ["wheel", "hub"], "judge.recipe": ["align", "head"], "judge.level": ["sentence"],
                 "train.search_backend": ["replay", "local"], "train.loss_type": ["grpo"],
                 "train.vllm_mode": ["server"], "evaluate.baseline_model": ["sft", "base"],
-                "evaluate.cer.ranker": ["encoder:some/model"], "train.vllm_server_base_url": ["http://gpu0:8000"]}
+                "evaluate.cer.ranker": ["encoder:some/model"], "train.vllm_server_base_url": ["http://gpu0:8000"],
+                "train.lora": [{"r": 16, "lora_alpha": 32}]}
 
 
 def candidates(key: str, value: Any, others: list[dict[str, Any]]) -> list[Any]:

@@ -662,7 +662,7 @@ def test_shared_state_file_boundary_defer_and_two_limiters(tmp_path):
     state = tmp_path / "eutils-test.next"
     one = RateLimiter(4, slack=0.0, state_file=state, wall_clock=lambda: wall[0], on_grant=grants.append)
     two = RateLimiter(4, slack=0.0, state_file=state, wall_clock=lambda: wall[0])  # another process, in effect
-    assert one.try_acquire() == 0.0 and float(state.read_text()) == wall[0] + one.interval
+    assert one.try_acquire() == 0.0 and ratelimit.read_state(state).next == wall[0] + one.interval
     assert two.try_acquire() == one.interval  # the slot is taken machine-wide
     wall[0] += one.interval
     assert two.try_acquire() == 0.0  # on the dot: granted ...
@@ -683,10 +683,10 @@ def test_shared_state_far_in_the_future_or_unreadable_is_reset(tmp_path):
     assert limiter.try_acquire() == stale  # a long hold-off, up to the limit, is honoured
     state.write_text(repr(wall[0] + stale + 1))
     assert limiter.try_acquire() == 0.0  # beyond it: a clock jump, start afresh
-    assert float(state.read_text()) == wall[0] + limiter.interval
+    assert ratelimit.read_state(state).next == wall[0] + limiter.interval
     state.write_text("not a number")
     wall[0] += limiter.interval
-    assert limiter.try_acquire() == 0.0 and float(state.read_text()) == wall[0] + limiter.interval
+    assert limiter.try_acquire() == 0.0 and ratelimit.read_state(state).next == wall[0] + limiter.interval
 
 
 # ---------------------------------------------------------------------------- secrets

@@ -66,8 +66,8 @@ def test_an_ad_hoc_run_writes_every_output_under_out_and_a_rerun_reuses_every_ep
 @pytest.mark.parametrize("args, message", [
     (["--systems", "base,gpt5"], "--systems base,gpt5: systems: unknown 'gpt5'; choose from base, eg_grpo"),
     (["--datasets", "pubmed"], "--datasets pubmed: datasets: unknown 'pubmed'; choose from scifact, healthfc"),
-    (["--limit", "0"], "--limit 0: limit: 0 must be >= 1"),
-    (["--workers", "0"], "--workers 0: workers: 0 must be >= 1"),
+    (["--limit", "0"], "--limit 0: evaluate.limit must be >= 1, not 0"),
+    (["--workers", "0"], "--workers 0: evaluate.workers must be >= 1, not 0"),
 ])
 def test_bad_options_are_one_line(project, args, message):
     r = runner.invoke(app, ["evaluate", *args, "--no-progress"])

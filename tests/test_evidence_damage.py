@@ -161,6 +161,8 @@ def damage_index(index_dir: Path, how: str) -> None:
         rewrite(index_dir / "biocheck_index.json", b"{\"format\": \xff")
     elif how == "missing-segment-file":
         segment_files(index_dir, ".term")[0].unlink()
+    elif how.startswith("missing:"):  # a file tantivy opens only when a search needs it (positions: phrases)
+        segment_files(index_dir, how.split(":")[1])[0].unlink()
     elif how.startswith(("truncated", "garbled")):
         kind, ext = how.split(":")
         for f in segment_files(index_dir, ext):
@@ -176,7 +178,8 @@ def damage_index(index_dir: Path, how: str) -> None:
         raise ValueError(how)
 
 
-INDEX_DAMAGE = ["missing-meta", "garbled-meta", "garbled-biocheck-meta", "missing-segment-file", "truncated:.idx",
+INDEX_DAMAGE = ["missing-meta", "garbled-meta", "garbled-biocheck-meta", "missing-segment-file", "missing:.pos",
+                "missing:.fieldnorm", "truncated:.idx",
                 "truncated:.store", "garbled:.idx", "garbled:.store", "garbled:.term", "garbled:.pos",
                 "garbled:.fieldnorm", "garbled:.fast"]
 
@@ -198,6 +201,15 @@ def test_a_damaged_index_is_one_clear_error(index_dir, how, caplog):
     text = one_line(err.value)
     assert str(index_dir) in text and REBUILD in text
     no_tracebacks(caplog)
+
+
+@pytest.mark.parametrize("ext", [".pos", ".fast", ".store"])
+def test_a_missing_index_file_is_named_when_the_index_opens(index_dir, ext):
+    victim = segment_files(index_dir, ext)[0].name
+    damage_index(index_dir, f"missing:{ext}")
+    with pytest.raises(SearchError) as err:
+        LocalIndex.open(index_dir, verify=False)  # found without reading a byte of the segments
+    assert victim in one_line(err.value) and REBUILD in str(err.value)
 
 
 def test_a_damaged_index_is_still_a_value_error_for_older_callers(index_dir):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from biocheck.data.schema import ClaimRecord, CorpusDoc, GoldEvidence
+from biocheck.outputs import MARK_FILE
 from biocheck.rewards.judge_train import train as train_mod
 from biocheck.rewards.judge_train.evaluate import expected_calibration_error, score_metrics
 from biocheck.rewards.judge_train.pairs import (
@@ -190,7 +191,8 @@ def test_train_false_measures_the_base_zero_shot_and_writes_no_model(prepared, t
     cfg = JudgeTrainConfig(train=False, base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge",
                            metrics_path=tmp_path / "judge.json", eval_max_pairs=6, progress=False)
     stats = train_judge(cfg)
-    assert sorted(p.name for p in cfg.out_dir.iterdir()) == [train_mod.STATS_FILE]  # no weights to mistake for a judge
+    # no weights to mistake for a judge (the mark says which command wrote the folder: biocheck.outputs)
+    assert sorted(p.name for p in cfg.out_dir.iterdir()) == [MARK_FILE, train_mod.STATS_FILE]
     assert stats["pairs"]["train"] == {"SUPPORTED": 0, "REFUTED": 0, "NEI": 0} and stats["test"]["n"] == 6
     metrics = json.loads((tmp_path / "judge.json").read_text())
     assert metrics["trained"] == 0 and metrics["zero_shot_accuracy"] == metrics["accuracy"]

@@ -38,9 +38,8 @@ def test_a_model_path_spec_and_fingerprint(tiny_model):
         TransformersJudge(str(missing))
 
 
-def test_a_folder_without_a_model_says_it_could_not_load(tmp_path):
-    with pytest.raises(JudgeError, match=rf"^transformers:{tmp_path}: could not load the model/tokenizer from "
-                                         rf"{tmp_path}: "):
+def test_a_folder_without_a_model_says_it_is_not_one(tmp_path):
+    with pytest.raises(JudgeError, match=rf"^transformers:{tmp_path}: {tmp_path}: not a model folder \(no config"):
         TransformersJudge(str(tmp_path))
 
 

@@ -23,6 +23,7 @@ from biocheck.models import gguf_wheel
 from biocheck.models.chat import example_search_tool, trl_chat_template
 from biocheck.models.gguf_wheel import KNOWN_WHEELS, MIRROR_ENV, WheelModel, WheelModelError
 from biocheck.models.stage import ModelConfig, init_model
+from biocheck.outputs import MARK_FILE
 
 MODEL_ID = "test-org/Tiny-GGUF"
 DIST, VERSION = "biocheck_tiny_gguf", "0.0.1"
@@ -286,10 +287,11 @@ def test_wrong_gguf_hash_is_one_line_and_the_old_output_survives(served, table, 
     cfg = _config(tmp_path)
     cfg.out_dir.mkdir(parents=True)
     (cfg.out_dir / "keep.txt").write_text("earlier build")
+    (cfg.out_dir / MARK_FILE).write_text("biocheck model init\n")  # an earlier build's output
     with pytest.raises(WheelModelError) as e:
         init_model(cfg)
     _one_line(e, spec.member, "f" * 64, served[1].member_sha256)
-    assert [p.name for p in cfg.out_dir.iterdir()] == ["keep.txt"]  # replaced only by a complete build
+    assert sorted(p.name for p in cfg.out_dir.iterdir()) == [MARK_FILE, "keep.txt"]  # replaced only by a complete build
     assert not list(cfg.out_dir.parent.glob(f"{TMP_PREFIX}*"))
 
 

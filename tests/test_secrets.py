@@ -42,8 +42,26 @@ def refusing():
 def test_secret_values_come_from_named_and_pattern_variables(monkeypatch):
     env = {"OPENAI_API_KEY": KEY, "NCBI_API_KEY": "ncbi-0123456789", "HF_TOKEN": "hf_abcdefghij",
            "MY_SERVICE_SECRET": "s3cr3t-value", "DB_PASSWORD": "hunter2hunter2", "OPENAI_BASE_URL": "http://h/v1",
-           "SHORT_TOKEN": "abc", "PATH": "/usr/bin:/bin"}
-    assert set(secret_values(env)) == {KEY, "ncbi-0123456789", "hf_abcdefghij", "s3cr3t-value", "hunter2hunter2"}
+           "SHORT_TOKEN": "abc", "VLLM_API_KEY": "EMPTY", "AWS_SECRET_ACCESS_KEY": "wJalr/K7MDENG+bPxRfi",
+           "PATH": "/usr/bin:/bin"}
+    # a key of any length counts; a placeholder a local server takes for "no key" does not
+    assert set(secret_values(env)) == {KEY, "ncbi-0123456789", "hf_abcdefghij", "s3cr3t-value", "hunter2hunter2",
+                                       "abc", "wJalr/K7MDENG+bPxRfi"}
+
+
+def test_a_secret_of_exactly_the_minimum_length_is_blanked_even_inside_a_word(monkeypatch):
+    """The documented rule: MIN_CHARS characters or more, blanked wherever they occur; shorter, only as a
+    whole token. The minimum is stated in docs/mlflow.md."""
+    from biocheck.secrets import MIN_CHARS
+
+    at_min, below = "k" * (MIN_CHARS - 4) + "9Zq2", "k" * (MIN_CHARS - 5) + "9Zq2"
+    assert len(at_min) == MIN_CHARS and len(below) == MIN_CHARS - 1
+    monkeypatch.setenv("A_TOKEN", at_min)
+    assert redact(f"x{at_min}y and {at_min}") == f"x{MASK}y and {MASK}"
+    monkeypatch.setenv("A_TOKEN", below)
+    assert redact(f"x{below}y and {below}") == f"x{below}y and {MASK}"
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "mlflow.md").read_text(encoding="utf-8")
+    assert f"{MIN_CHARS} characters or more" in docs
 
 
 def test_redact_blanks_every_secret_and_the_longest_first(monkeypatch):

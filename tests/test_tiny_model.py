@@ -19,6 +19,7 @@ from biocheck.io import InputError
 from biocheck.llm.resolve import ModelNotFoundError, resolve_model
 from biocheck.models import tiny
 from biocheck.models.tiny import CONTROL_TOKENS, SPECIAL_TOKENS, TinyModelConfig, build_tiny_model
+from biocheck.outputs import MARK_FILE
 
 _WORDS = ("vitamin", "supplementation", "fracture", "risk", "elderly", "patients", "randomized", "trial",
     "placebo", "cohort", "mortality", "aspirin", "stroke", "prevention", "cardiovascular", "outcomes", "insulin",
@@ -267,16 +268,18 @@ def test_failed_build_leaves_no_model_dir(tmp_path, corpus, monkeypatch):
 
     cfg.out_dir.mkdir()
     (cfg.out_dir / "old.txt").write_text("previous model")
+    (cfg.out_dir / MARK_FILE).write_text("biocheck model init\n")  # an earlier build's output
     with pytest.raises(RuntimeError):
         build_tiny_model(cfg)
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
-    assert [p.name for p in cfg.out_dir.iterdir()] == ["old.txt"]  # untouched
+    assert sorted(p.name for p in cfg.out_dir.iterdir()) == [MARK_FILE, "old.txt"]  # untouched
 
 
 def test_rebuild_replaces_the_whole_dir(tmp_path, corpus):
     cfg = small_config(tmp_path, corpus)
     cfg.out_dir.mkdir()
     (cfg.out_dir / "stale.bin").write_text("x")
+    (cfg.out_dir / MARK_FILE).write_text("biocheck model init\n")  # an earlier build's output
     (tmp_path / ".tmp-model.killed").mkdir()  # left by a killed build: removed
     (tmp_path / ".tmp-other.x").mkdir()  # another output's temporary: kept
     build_tiny_model(cfg)

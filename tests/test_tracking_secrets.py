@@ -5,6 +5,7 @@ value), then read every byte of the MLflow database and of the artifact store.""
 from __future__ import annotations
 
 import json
+import os
 
 import mlflow
 import yaml
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from biocheck import tracking
 from biocheck.cli import app
 from biocheck.pipeline import evaluate_stage, select_stage
+from biocheck.secrets import is_secret_name
 from tests.test_eval_stage import project  # noqa: F401 (fixture: prepared test splits, a scripted model)
 from tests.test_train import _fake_checkpoints
 
@@ -57,3 +59,14 @@ def test_tracked_stages_store_no_secret(project, monkeypatch, tmp_path):  # noqa
              if value.encode() in f.read_bytes() or value in str(f)}
     assert not leaks, leaks
     assert json.loads((project / "out" / "summary.json").read_text())["episodes"] == 1
+
+
+def test_a_shown_uri_masks_its_query_values_also_without_a_password(monkeypatch):
+    """A tracking URI in a message: its query values (`?token=...`) are masked by `shown_uri` itself, with no
+    password in the URI and no secret in the environment to fall back on."""
+    for name, value in dict(os.environ).items():
+        if is_secret_name(name) or "://" in value:
+            monkeypatch.delenv(name)
+    shown = tracking.shown_uri("https://mlflow.example.org/api?token=tok-0a1b2c3d4e&run=7")
+    assert shown == "https://mlflow.example.org/api?token=***&run=***"
+    assert tracking.shown_uri("sqlite:////abs/mlflow.db") == "sqlite:////abs/mlflow.db"  # nothing to mask: as given

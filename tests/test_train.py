@@ -79,11 +79,22 @@ def test_bank_needs_environments():
 
 # --- run keys and configs -------------------------------------------------------------------------
 
+def _weights(step: int) -> bytes:
+    """A small, valid safetensors file that tells the checkpoints apart (selection and resume check them)."""
+    import numpy as np
+    from safetensors.numpy import save
+
+    return save({"w": np.full(4, step, dtype=np.float32)})
+
+
 def _checkpoint_dirs(out: Path, steps, complete: bool = True) -> None:
     for step in steps:
-        (out / f"checkpoint-{step}").mkdir(parents=True)
+        d = out / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"step": step}))
+        (d / "model.safetensors").write_bytes(_weights(step))
         if complete:  # the Trainer writes its state last
-            (out / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+            (d / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
 
 
 def test_checkpoints_of_another_run_are_not_resumed(tmp_path):
@@ -95,6 +106,16 @@ def test_checkpoints_of_another_run_are_not_resumed(tmp_path):
     kept = previous_dir(out) / "key-a"  # ... and the replaced run is still on disk, beside the output
     assert (kept / "checkpoint-5" / "trainer_state.json").is_file()
     assert json.loads((kept / "run_key.json").read_text()) == {"key": "key-a"}
+
+
+@pytest.mark.parametrize("marker", [b"{not json", b"[1, 2]", b'{"key": 3}', b"\xff\xfe"])
+def test_a_damaged_run_key_is_a_foreign_run_moved_aside_not_a_traceback(tmp_path, marker):
+    out = tmp_path / "ckpt"
+    prepare_out_dir(out, "key-a")
+    _checkpoint_dirs(out, [5])
+    (out / "run_key.json").write_bytes(marker)
+    assert prepare_out_dir(out, "key-a") is None  # never resumed: whose checkpoints they are is unknown
+    assert (previous_dir(out) / "unknown" / "checkpoint-5" / "trainer_state.json").is_file()  # never deleted
 
 
 def test_only_the_latest_replaced_run_is_kept_and_an_empty_one_is_not(tmp_path, caplog):
@@ -397,7 +418,7 @@ def _fake_checkpoints(root: Path, rewards: dict[int, float], start: float | None
         d = root / f"checkpoint-{step}"
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps({"step": step}))
-        (d / "model.safetensors").write_bytes(b"w%d" % step)
+        (d / "model.safetensors").write_bytes(_weights(step))
         (d / "optimizer.pt").write_bytes(b"big")
         upto = [h for h in history if h["step"] <= step]
         (d / "trainer_state.json").write_text(json.dumps({"log_history": upto}))
@@ -418,7 +439,7 @@ def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
     assert result["selected_step"] == 20 and result["start_eval_reward"] == 0.1
     assert result["selected_eval_reward"] == 0.5
     assert json.loads((tmp_path / "selected" / "selection.json").read_text()) == rows[1]  # what was chosen, and why
-    assert (tmp_path / "selected" / "model.safetensors").read_bytes() == b"w20"
+    assert (tmp_path / "selected" / "model.safetensors").read_bytes() == _weights(20)
     assert not (tmp_path / "selected" / "optimizer.pt").exists()
     assert json.loads((tmp_path / "sel.json").read_text())["table"][2]["eval_reward"] == 0.5
     assert (tmp_path / "curve.csv").read_text().splitlines()[:2] == ["step,train_reward,eval_reward", "0,,0.1"]
@@ -461,6 +482,8 @@ def test_a_checkpoint_without_a_validation_reward_is_never_chosen(tmp_path):
     history = json.loads((ckpts / "checkpoint-20" / "trainer_state.json").read_text())["log_history"]
     late = ckpts / "checkpoint-30"  # saved at a step without an evaluation, with a far better training reward
     late.mkdir()
+    (late / "config.json").write_text("{}")
+    (late / "model.safetensors").write_bytes(_weights(30))
     (late / "trainer_state.json").write_text(json.dumps({"log_history": history + [{"step": 30, "reward": 9.0}]}))
     (ckpts / "checkpoint-40").mkdir()  # killed mid-save: no trainer_state.json
     rows, _ = checkpoint_table(ckpts)
@@ -520,6 +543,8 @@ class _Loaded:
     def save_pretrained(self, d) -> None:
         name = "config.json" if self.kind == "model" else "tokenizer.json"
         (Path(d) / name).write_text(json.dumps({"from": str(self.path)}))
+        if self.kind == "model":  # weights that pass the model-folder check
+            (Path(d) / "model.safetensors").write_bytes(_weights(1))
 
 
 class _Trainer:
@@ -560,6 +585,9 @@ class _Wiring:
         from biocheck.data.schema import ClaimRecord, CorpusDoc
 
         self.tmp = tmp_path
+        (tmp_path / "base").mkdir()  # models/base as `model init` leaves it: checked before training reads it
+        (tmp_path / "base" / "config.json").write_text("{}")
+        (tmp_path / "base" / "model.safetensors").write_bytes(_weights(0))
         self.loads, self.splits, self.corpus_dirs, self.fingerprinted, self.tools = [], [], [], [], []
         self.demos, self.sft, self.trainers, self.runs, self.metrics, self.judges = [], [], [], [], [], []
         self.tool, self.judge = types.SimpleNamespace(max_results=3), object()
@@ -775,6 +803,49 @@ def test_the_warm_start_of_other_inputs_or_half_a_folder_is_not_reused(wiring, m
     monkeypatch.setattr(demos_mod, "DEMO_FORMAT", demos_mod.DEMO_FORMAT + 1)  # demonstrations of a new format
     sft_stage(params, progress=False)
     assert len(wiring.sft) == 4
+
+
+@pytest.mark.parametrize("stage", ["sft", "train"])
+def test_a_damaged_base_model_is_one_error_naming_the_file_before_any_work(wiring, stage):
+    from biocheck import pipeline
+
+    weights = wiring.tmp / "base" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-3])  # cut short
+    with pytest.raises(InputError) as err:
+        getattr(pipeline, f"{stage}_stage")(wiring.params(), progress=False)
+    assert str(weights) in str(err.value) and "damaged or incomplete" in str(err.value)
+    assert wiring.loads == [] and wiring.sft == [] and wiring.trainers == []
+    assert not (wiring.tmp / "ckpt").exists()
+
+
+@pytest.mark.parametrize("damage, file", [
+    ("{\"global_step\": 2, \"log_history\": [", "trainer_state.json"),  # cut short
+    ("[1, 2]", "trainer_state.json"),  # JSON, but not a trainer state
+    ("{\"global_step\": 2, \"log_history\": [], \"surprise\": 1}", "trainer_state.json"),  # a key the Trainer rejects
+    ("cut", "model.safetensors"),
+    ("cut", "optimizer.pt"),
+])
+def test_resuming_from_a_damaged_checkpoint_is_one_error_naming_the_file(wiring, damage, file):
+    import torch
+
+    from biocheck.pipeline import train_stage as train
+
+    params = wiring.params(sft=False)
+    train(params, progress=False)
+    ckpt = wiring.tmp / "ckpt" / "checkpoint-2"
+    _checkpoint_dirs(ckpt.parent, [2])
+    torch.save({"state": {}}, ckpt / "optimizer.pt")
+    target = ckpt / file
+    if damage == "cut":
+        target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+    else:
+        target.write_text(damage)
+    before = len(wiring.trainers)
+    with pytest.raises(InputError) as err:
+        train(params, progress=False)
+    assert str(target) in str(err.value) and "\n" not in str(err.value)
+    assert f"delete {ckpt} to resume from the checkpoint before it" in str(err.value)
+    assert len(wiring.trainers) == before  # no trainer was built, nothing trained
 
 
 def test_sft_disabled_records_it_and_trains_nothing(wiring):

@@ -106,11 +106,12 @@ def test_working_split_overlap_and_foreign_rows_are_caught(prepared, tmp_path):
     train = [json.loads(x) for x in (prepared / "scifact" / "train.jsonl").read_text().splitlines()]
     _rewrite(prepared / "scifact" / "val.jsonl", lambda rows: rows.append(train[0]))  # same claim in val
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("scifact/val.jsonl", "split", "expect_column_values_to_be_in_set"),
+    assert _failed(result) == [("scifact/val.jsonl", None, "expect_row_count_to_match_manifest"),  # one too many
+                               ("scifact/val.jsonl", "split", "expect_column_values_to_be_in_set"),
                                ("scifact/working", "id", "expect_column_values_to_be_unique")]
     cid = train[0]["id"]
     assert f"id {cid} -> {cid!r}" in _summary_line(result, "scifact/working")
-    assert f"id {cid} -> 'train'" in _summary_line(result, "scifact/val.jsonl")
+    assert f"id {cid} -> 'train'" in _summary_line(result, "scifact/val.jsonl, column 'split'")
 
 
 def test_missing_required_column_is_reported(prepared, tmp_path):
@@ -131,8 +132,8 @@ def _summary_line(result, table: str) -> str:
 def test_duplicate_corpus_id_is_named(prepared, tmp_path):
     _rewrite(prepared / "corpus.jsonl", lambda rows: rows.append({**rows[0], "title": "Another doc, same id"}))
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("corpus", "id", "expect_column_values_to_be_unique")]
-    line = _summary_line(result, "corpus")
+    assert _failed(result) == [("corpus.jsonl", None, "expect_row_count_to_match_manifest"), ("corpus", "id", "expect_column_values_to_be_unique")]
+    line = _summary_line(result, "corpus,")
     assert "corpus, column 'id': expect_column_values_to_be_unique" in line and "id 101 -> '101'" in line
 
 
@@ -213,7 +214,8 @@ def test_working_row_not_in_full_data_is_named(prepared, tmp_path):
                 "label": "NEI"}
     _rewrite(prepared / "healthfc" / "test.jsonl", lambda rows: rows.append(invented))
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("healthfc/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert _failed(result) == [("healthfc/test.jsonl", None, "expect_row_count_to_match_manifest"),
+                               ("healthfc/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
     assert "id 9999 -> 'not in full/healthfc.jsonl'" in result.summary()
 
 
@@ -223,7 +225,8 @@ def test_working_split_in_wrong_file_is_caught(prepared, tmp_path):
     _rewrite(prepared / "scifact" / "val.jsonl", lambda rows: rows.pop(0))
     _rewrite(prepared / "scifact" / "test.jsonl", lambda rows: rows.append({**val[0], "split": "test"}))
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("scifact/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert _failed(result) == [("scifact/val.jsonl", None, "expect_row_count_to_match_manifest"), ("scifact/test.jsonl", None, "expect_row_count_to_match_manifest"),
+                               ("scifact/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
     assert f"id {val[0]['id']} -> \"split 'test', full/scifact.jsonl has 'val'\"" in result.summary()
 
 
@@ -356,9 +359,10 @@ def test_a_working_record_that_differs_from_the_full_data_is_named(prepared, tmp
 
 
 def test_a_working_record_missing_from_the_full_data_is_named(prepared, tmp_path):
-    _rewrite(prepared / "full" / "healthfc.jsonl", lambda rows: rows.pop(3))  # row-count check is off here
+    _rewrite(prepared / "full" / "healthfc.jsonl", lambda rows: rows.pop(3))  # release row-count check is off here
     result, _ = _validate(prepared, tmp_path)
-    assert _failed(result) == [("healthfc/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    assert _failed(result) == [("full/healthfc.jsonl [test]", None, "expect_row_count_to_match_manifest"),  # one fewer than the manifest's
+                               ("healthfc/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
     assert "id 3 -> 'not in full/healthfc.jsonl'" in _line_with(result, "healthfc/test.jsonl")
 
 
@@ -407,19 +411,21 @@ def test_labels_the_prepare_config_dropped_from_a_split_fail_there(raw_dir, tmp_
     nei = next(r for r in _rows(out / "full" / "scifact.jsonl") if r["split"] == "train" and r["label"] == "NEI")
     _rewrite(out / "scifact" / "train.jsonl", lambda rows: rows.append(nei))  # a true copy of a full record
     result, _ = _validate(out, tmp_path)
-    assert _failed(result) == [("scifact/train.jsonl", "label", "expect_column_values_to_be_in_set")]
+    assert _failed(result) == [("scifact/train.jsonl", None, "expect_row_count_to_match_manifest"),
+                               ("scifact/train.jsonl", "label", "expect_column_values_to_be_in_set")]
     line = _line_with(result, "scifact/train.jsonl, column 'label'")
     assert "value_set=['SUPPORTED', 'REFUTED']" in line and f"id {nei['id']} -> 'NEI'" in line
 
 
-def test_without_a_manifest_every_label_is_allowed_in_every_split(raw_dir, tmp_path):
+def test_without_a_manifest_every_label_is_allowed_but_the_counts_cannot_be_checked(raw_dir, tmp_path):
     out = tmp_path / "prepared"
     prepare(PrepareConfig(raw_dir=raw_dir, out_dir=out, metrics_path=None))
     nei = next(r for r in _rows(out / "full" / "scifact.jsonl") if r["split"] == "train" and r["label"] == "NEI")
     _rewrite(out / "scifact" / "train.jsonl", lambda rows: rows.append(nei))
     (out / "manifest.json").unlink()
     result, _ = _validate(out, tmp_path)
-    assert result.success, result.summary()
+    assert _failed(result) == [("manifest.json", None, "expect_file_to_exist")]  # the label rule passes
+    assert "cannot be counted" in _line_with(result, "  - manifest.json") and "biocheck data prepare" in result.summary()
 
 
 def test_the_cli_exits_1_naming_a_deleted_split(prepared, tmp_path, monkeypatch):

@@ -441,9 +441,11 @@ def test_report_and_metrics_files(prepared, tmp_path, monkeypatch):
     assert used is cfg and [t.name for t in tables] == [t.name for t in build_tables(cfg)]  # every suite runs
     files = v.file_checks(cfg)  # every working file is present: these pass, listed first
     assert len(files) == 4 and all(c["success"] for c in files)
-    assert json.loads(cfg.report_path.read_text()) == {"success": False, "n_checks": 6, "n_failed": 1,
-                                                       "checks": files + checks}
-    assert json.loads(cfg.metrics_path.read_text()) == {"success": False, "checks": 6, "failed": 1}
+    counts = v.count_checks(cfg)  # every file holds the records the manifest counted: these pass, listed next
+    assert len(counts) == 9 and all(c["success"] for c in counts)
+    assert json.loads(cfg.report_path.read_text()) == {"success": False, "n_checks": 15, "n_failed": 1,
+                                                       "checks": files + counts + checks}
+    assert json.loads(cfg.metrics_path.read_text()) == {"success": False, "checks": 15, "failed": 1}
     cfg2 = ValidateConfig(prepared_dir=prepared, report_path=tmp_path / "r2.json", metrics_path=None)
     validate(cfg2)
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".json") == ["m.json", "r.json", "r2.json"]

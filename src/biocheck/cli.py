@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleRenderable, RenderHook
 from rich.logging import RichHandler
 from rich.markup import escape
+from rich.text import Text
 
 from biocheck import __version__
 from biocheck.params import load_params, plain
@@ -43,7 +44,33 @@ app.add_typer(judge_app, name="judge")
 app.add_typer(profile_app, name="profile")
 
 # Off a terminal (dvc repro, CI logs) rich would wrap log lines at 80 columns: allow long ones.
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# emoji=False: text from data (claims, ids, titles, server errors) prints as written, ":thumbs_up:" too;
+# markup in it is escaped (or printed with markup=False) where it is printed.
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, emoji=False)
+
+
+class _Redacting(RenderHook):
+    """Blanks the secrets out of every text a console prints (a summary or an error can quote a server)."""
+
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_redacted(r) if isinstance(r, Text) else r for r in renderables]
+
+
+def _redacted(text: Text) -> Text:
+    clean = redact(text.plain)
+    if clean == text.plain:
+        return text
+    out = text.copy()
+    out.plain, out.spans = clean, []  # the styles' offsets no longer fit the shorter text
+    return out
+
+
+def _echo(text: str, **kwargs) -> None:
+    """`typer.echo` to stdout with the secrets blanked (reports and JSON can quote what a server said)."""
+    typer.echo(redact(text), **kwargs)
+
+
+err.push_render_hook(_Redacting())
 PROFILES_DIR = Path("profiles")
 
 ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one section per stage).")]
@@ -58,8 +85,13 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def _run(fn, *args, **kwargs):
-    """Run a stage; turn expected failures (bad input, config, network) into a clean message + exit 1."""
+RERUN = "interrupted; rerun the command to finish."
+
+
+def _run(fn, *args, on_interrupt: str = RERUN, **kwargs):
+    """Run a stage; turn expected failures (bad input, config, network) into a clean message + exit 1.
+
+    `on_interrupt`: what Ctrl-C leaves behind and how to go on, true for this stage (exit 130)."""
     from biocheck.data.fetch import FetchError
     from biocheck.io import InputError
     from biocheck.llm.base import LLMError
@@ -73,7 +105,7 @@ def _run(fn, *args, **kwargs):
     except (InputError, FetchError, SearchError, LLMError, JudgeError, JudgeCacheError, StoreError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
-        _fail("interrupted; no partial output was kept.", code=130)
+        _fail(on_interrupt, code=130)
 
 
 @app.callback()
@@ -95,7 +127,7 @@ def main(
 @app.command()
 def version() -> None:
     """Print the BioCheck version."""
-    typer.echo(__version__)
+    _echo(__version__)
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -162,11 +194,15 @@ def data_validate(
     unique ids per dataset, known labels and splits, every gold/cited doc id present in the corpus,
     evidence entries well formed (label, sentence indices inside the abstract), the official row
     counts (validate.expected_rows), and every working split present, in its own file, with only the
-    labels data.keep_labels kept, each record an exact copy of its record in full/. The report is written in every case; on failure a summary names the
+    labels data.keep_labels kept, each record an exact copy of its record in full/, and every file
+    holding, split by split, the records manifest.json counted. The report is written in every case; on failure a summary names the
     dataset, column, rule and offending ids/values.
     """
+    from biocheck.outputs import claim_file
     from biocheck.pipeline import validate_stage
 
+    if report is not None:
+        _run(claim_file, report, "--report")
     result = _run(validate_stage, params, prepared_dir=prepared_dir, report_path=report)
     if result.success:
         err.print(f"[green]{escape(result.summary())}[/]")
@@ -208,7 +244,7 @@ def evidence_stats(params: ParamsOpt = Path("params.yaml")) -> None:
     from biocheck.wiring import params_of, search_config
 
     cfg = _run(search_config, _run(params_of, params))
-    typer.echo(json.dumps(_run(stats, cfg.index_dir, cfg.store), indent=2, default=str))
+    _echo(json.dumps(_run(stats, cfg.index_dir, cfg.store), indent=2, default=str))
 
 
 @evidence_app.command("refresh")
@@ -244,7 +280,8 @@ def evidence_refresh(
 def _print_results(out) -> None:
     from rich.markup import escape as esc
 
-    con = Console()
+    con = Console(emoji=False)  # titles and queries are data: no ":name:" -> emoji
+    con.push_render_hook(_Redacting())
     head = f"[bold]{esc(out.query)}[/]"
     if out.translation and out.translation != out.query:
         head += f"  [dim]({esc(out.translation)})[/]"
@@ -305,7 +342,7 @@ def search(
         out = tool.run(q)
         failed |= out.error is not None
         if as_json:
-            typer.echo(json.dumps({"query": out.query, "results": out.results, "error": out.error},
+            _echo(json.dumps({"query": out.query, "results": out.results, "error": out.error},
                                   ensure_ascii=False))
         else:
             _print_results(out)
@@ -370,7 +407,7 @@ def judge_train(
 
     stats = _run(judge_stage, params, eqs=eqs, base=base, out_dir=out_dir, zero_shot=zero_shot, progress=progress)
     t = stats["test"]
-    typer.echo(f"judge: test accuracy {t['accuracy']:.3f}, macro-F1 {t['macro_f1']:.3f} "
+    _echo(f"judge: test accuracy {t['accuracy']:.3f}, macro-F1 {t['macro_f1']:.3f} "
                f"(majority {t['majority_accuracy']:.3f}, n={t['n']}), s > threshold on {t['above_threshold']:.0%}")
 
 
@@ -407,10 +444,20 @@ def check(
 
     Batch: --claims FILE.jsonl --out DIR writes one trace per claim into DIR (named after the claim id)
     and DIR/summary.json, with a progress bar and --workers episodes in parallel. A rerun reuses a
-    trace only when the claim, model, prompts and agent/search settings are unchanged, and reruns the
-    rest. Claims whose model failed are listed under "failed" in summary.json (exit code 1).
+    trace only when the claim, model, prompts, agent/search settings and evidence index are unchanged;
+    a claim whose text changed runs again. DIR holds one run: another model, prompt, setting or index
+    into it is refused (give it a new --out). Claims whose model failed (unreachable, a malformed
+    answer, agent.request_timeout_s run out) are listed under "failed" in summary.json (exit code 1).
     """
-    from biocheck.agent.run import choose_llm, describe_model, episode_error, read_claims, run_batch, write_trace
+    from biocheck.agent.run import (
+        choose_llm,
+        describe_model,
+        episode_error,
+        read_claims,
+        run_batch,
+        text_problem,
+        write_trace,
+    )
     from biocheck.params import raw_section
     from biocheck.pipeline import select_config
     from biocheck.wiring import agent as make_agent
@@ -421,6 +468,8 @@ def check(
     if claim is not None and not claim.strip():
         _fail('the claim is empty: give the claim to check, e.g. biocheck check "Vitamin D prevents fractures."',
               code=2)
+    if claim is not None and text_problem(claim):  # no trace, report or server could hold it
+        _fail(f"the claim {text_problem(claim)}; give it as UTF-8 text.", code=2)
     if claims is not None and out is None:
         _fail("--claims needs --out DIR for the traces.", code=2)
     if fmt not in ("md", "html", "json"):
@@ -443,7 +492,10 @@ def check(
                        {"model_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash}):
         if todo is not None:
             summary = _run(run_batch, agent, todo, out, workers=agent_cfg.workers, progress=sys.stderr.isatty(),
-                           search=plain(search_cfg))
+                           search=plain(search_cfg),
+                           on_interrupt=f"interrupted; the traces of the claims that finished are kept in {out} "
+                                        "(its summary.json is written when a batch ends); rerun the same command to "
+                                        "resume: those claims are reused and the rest run.")
             _log_metrics(mlflow_log, summary, artifacts=out)
             err.print(json.dumps(summary, indent=2), markup=False, highlight=False)
             if summary["failed"]:
@@ -459,7 +511,7 @@ def check(
             _run(write_trace, episode, trace)
         _log_metrics(mlflow_log, {"searches": episode.searches, "parse_problems": len(episode.parse_problems)},
                      artifacts=trace)
-    typer.echo(_render(episode, fmt, meta))
+    _echo(_render(episode, fmt, meta))
 
 
 def _render(episode, fmt: str, meta: dict) -> str:
@@ -553,22 +605,22 @@ def score(
                 write_json_atomic(out, result)
             except OSError as e:
                 _fail(f"--out {out}: cannot write the scores ({e.strerror or e}).")
-        typer.echo(json.dumps(result, indent=2, default=str))
+        _echo(json.dumps(result, indent=2, default=str))
         return
     b = _run(score_trace, trace_file, cfg, j, gold=Label(gold) if gold else None)
     if as_json:
-        typer.echo(b.model_dump_json(indent=2))
+        _echo(b.model_dump_json(indent=2))
         return
-    typer.echo(f"variant {b.variant}  conclusion {b.conclusion.value if b.conclusion else '-'}  "
+    _echo(f"variant {b.variant}  conclusion {b.conclusion.value if b.conclusion else '-'}  "
                f"gold {b.gold.value if b.gold else '-'}")
     for name in ("outcome", "search", "evidence", "hallucination"):
-        typer.echo(f"  R_{name:<14}{getattr(b, name):.4f}")
-    typer.echo(f"  {'total':<16}{b.total:.4f}")
+        _echo(f"  R_{name:<14}{getattr(b, name):.4f}")
+    _echo(f"  {'total':<16}{b.total:.4f}")
     # EHR of a report that cites nothing is undefined (the reward's R_hallucination above is 0 for it)
-    typer.echo(f"  EHR {f'{b.ehr:.4f}' if b.n_cited else '-'}  EQS {'-' if b.eqs is None else f'{b.eqs:.4f}'}  cited {b.n_cited}  "
+    _echo(f"  EHR {f'{b.ehr:.4f}' if b.n_cited else '-'}  EQS {'-' if b.eqs is None else f'{b.eqs:.4f}'}  cited {b.n_cited}  "
                f"hallucinated {b.n_hallucinated}  searches {b.n_searches} (advanced {b.n_advanced})")
     for e in b.entries:
-        typer.echo(f"  - {e.model_dump()}")
+        _echo(f"  - {e.model_dump()}")
 
 
 # --- training ---------------------------------------------------------------------------------------
@@ -616,7 +668,9 @@ def train(
     from biocheck.pipeline import train_stage
 
     stats = _run(train_stage, params, progress=progress and sys.stderr.isatty(), variant=variant,
-                 max_steps=max_steps, seed=seed, out_dir=out_dir)
+                 max_steps=max_steps, seed=seed, out_dir=out_dir,
+                 on_interrupt="interrupted; the checkpoints already saved are kept; rerun the same command to "
+                              "resume from the last one (with the same parameters and inputs).")
     err.print(json.dumps({k: v for k, v in stats.items() if k != "sft"}, indent=2), markup=False, highlight=False)
 
 
@@ -690,7 +744,9 @@ def evaluate(
         return [x.strip() for x in text.split(",") if x.strip()] if text is not None else None
 
     result = _run(evaluate_stage, params, progress=progress and sys.stderr.isatty(), out=out, model=model,
-                  systems=names(systems), datasets=names(datasets), limit=limit, workers=workers, eqs_judge=eqs_judge)
+                  systems=names(systems), datasets=names(datasets), limit=limit, workers=workers, eqs_judge=eqs_judge,
+                  on_interrupt="interrupted; the traces of the episodes that finished are kept; rerun the same "
+                               "command to reuse them and run the rest.")
     from biocheck.evaluate.headline import summary_lines
 
     for line in summary_lines(result["metrics"], result["paired"]):
@@ -736,7 +792,9 @@ def reward_audit(
     from biocheck.pipeline import audit_stage
 
     result = _run(audit_stage, params, judge=judge, claims=claims, metrics_path=metrics_path, workers=workers,
-                  progress=progress and sys.stderr.isatty())
+                  progress=progress and sys.stderr.isatty(),
+                  on_interrupt="interrupted; the sampled episodes that finished are kept (audit.out_dir); rerun the "
+                               "same command to reuse them and sample the rest.")
     err.print(summary_line(result), markup=False, highlight=False)
 
 
@@ -770,7 +828,7 @@ def report_pr(
 
     comment = build(PrCommentConfig(base=base, status_path=status, artifact_url=artifact_url))
     if out is None:
-        typer.echo(comment.markdown, nl=False)
+        _echo(comment.markdown, nl=False)
     else:
         try:
             write_text_atomic(out, comment.markdown)
@@ -799,22 +857,39 @@ def profile_list(params: ParamsOpt = Path("params.yaml")) -> None:
         except InputError as e:  # a broken params.yaml must not hide the profiles that can replace it
             err.print(f"warning: {e}", markup=False, highlight=False)
     for name, path in _profiles().items():
-        typer.echo(f"{'*' if name == current else ' '} {name}  ({path})")
+        _echo(f"{'*' if name == current else ' '} {name}  ({path})")
 
 
 @profile_app.command("use")
 def profile_use(
     name: Annotated[str, typer.Argument(help="Profile name: a file profiles/NAME.yaml.")],
     params: ParamsOpt = Path("params.yaml"),
+    force: Annotated[bool, typer.Option(help="Replace a parameters file whose edits are in no profile.")] = False,
 ) -> None:
-    """Make params.yaml the given profile (e.g. `biocheck profile use paper`); `dvc repro` then reruns what changed."""
+    """Make params.yaml the given profile (e.g. `biocheck profile use paper`); `dvc repro` then reruns what changed.
+
+    A params.yaml that matches no profile holds your own edits: it is replaced only with --force (copy it
+    first, e.g. `cp params.yaml my-params.yaml`).
+    """
     from biocheck.io import write_text_atomic
 
     profiles = _profiles()
     if name not in profiles:
         _fail(f"no profile {name!r}; available: {', '.join(profiles) or 'none (run from the repo root)'}.")
+    if params.is_dir():
+        _fail(f"--params {params}: is a folder; give the parameters file to write, e.g. --params {params / 'params.yaml'}.",
+              code=2)
+    text = profiles[name].read_text(encoding="utf-8")
     _run(load_params, profiles[name])  # refuse to install a file that does not parse
-    write_text_atomic(params, profiles[name].read_text(encoding="utf-8"))
+    if params.is_file() and not force:
+        try:
+            current = params.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            current = None
+        if current not in {p.read_text(encoding="utf-8") for p in profiles.values()}:
+            _fail(f"{params} holds edits that are in no profile; save them (cp {params} my-params.yaml), then "
+                  f"rerun with --force to replace it with the '{name}' profile.")
+    _run(write_text_atomic, params, text)
     err.print(f"{params} is now the '{name}' profile. Run `dvc repro` to rebuild what changed.", markup=False)
 
 
@@ -822,7 +897,7 @@ def profile_use(
 def profile_show(params: ParamsOpt = Path("params.yaml")) -> None:
     """Print the active parameters as JSON."""
 
-    typer.echo(json.dumps(_run(load_params, params), indent=2))
+    _echo(json.dumps(_run(load_params, params), indent=2))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from biocheck.secrets import json_redactor, redact, redact_json
+
 TMP_PREFIX = ".tmp-"
 
 
@@ -29,6 +31,8 @@ class InputError(Exception):
 def atomic_path(dest: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success it replaces `dest`, on error it vanishes."""
     dest = Path(dest)
+    if dest.is_dir():  # os.replace would fail at the very end, after all the work
+        raise InputError(f"{dest}: is a folder; an output file cannot replace it (give a file name).")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{dest.name}.", dir=dest.parent)
     os.close(fd)
@@ -73,8 +77,9 @@ def remove_stale_tmp(directory: Path | str) -> None:
 
 
 def write_text_atomic(dest: Path | str, text: str) -> None:
+    """Write `text` (secrets blanked) to `dest` atomically."""
     with atomic_path(dest) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(redact(text), encoding="utf-8")
 
 
 def json_digest(payload: Any) -> str:
@@ -85,17 +90,21 @@ def json_digest(payload: Any) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def write_json_atomic(dest: Path | str, obj: Any) -> None:
-    write_text_atomic(dest, json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
+def write_json_atomic(dest: Path | str, obj: Any, indent: int = 2, sort_keys: bool = False) -> None:
+    """Write `obj` as JSON to `dest` atomically, secrets blanked from its strings (numbers and the structure
+    untouched: a short numeric key must not break the file)."""
+    text = json.dumps(redact_json(obj), indent=indent, sort_keys=sort_keys, ensure_ascii=False) + "\n"
+    with atomic_path(dest) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def dump_jsonl(path: Path, rows: Iterable[BaseModel | dict]) -> int:
-    """Write rows as JSON lines (not atomic by itself: call inside `atomic_path`/`atomic_dir`)."""
-    n = 0
+    """Write rows as JSON lines, secrets blanked (not atomic by itself: call inside `atomic_path`/`atomic_dir`)."""
+    n, clean = 0, json_redactor()
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             obj = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
-            f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            f.write(json.dumps(clean(obj), ensure_ascii=False) + "\n")
             n += 1
     return n
 
@@ -109,6 +118,8 @@ def parse_jsonl(data: bytes, where: str, fix: str = "") -> list[dict]:
 
     if not data.strip():
         raise fail(f"{where}: the file is empty.")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise fail(f"{where}: the file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8.")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -116,8 +127,12 @@ def parse_jsonl(data: bytes, where: str, fix: str = "") -> list[dict]:
         raise fail(f"{where}, line {line}: bytes that are not UTF-8 ({data[e.start:e.start + 8]!r}); "
                    "the file is corrupt or in another encoding.") from None
     rows: list[dict] = []
-    lines = text.splitlines()
+    # "\n" only: splitlines() would also cut at U+2028 and other separators that are legal inside a JSON
+    # string. After a final newline the last piece is empty, so only an unterminated last line is "cut short".
+    lines = text.split("\n")
     for i, line in enumerate(lines, start=1):
+        # A UTF-8 byte-order mark (some editors write one; two such files joined put one mid-file) is no data.
+        line = line.removeprefix("\ufeff")
         if not line.strip():
             continue
         try:

@@ -8,18 +8,38 @@ error names the file, the key and what is accepted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+import annotated_types as at
 import yaml
 
 from biocheck.io import InputError
 
 DEFAULT_PARAMS = Path("params.yaml")
 T = TypeVar("T")
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error: PyYAML lets the last
+    one win silently, so a duplicated `train:` section would drop the first one's values unseen."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice (first on line {seen[key] + 1}); keep one",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+            except TypeError:  # an unhashable key: the base class says so
+                pass
+        return super().construct_mapping(node, deep)
 
 
 class Params(dict):
@@ -41,7 +61,7 @@ def load_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"{path}: no such parameters file (run from the repo root, or pass --params).")
     try:
-        params = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        params = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}  # noqa: S506 (safe)
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start}); save the parameters file as UTF-8.") from None
     except yaml.YAMLError as e:
@@ -55,6 +75,9 @@ def load_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise InputError(f"{path}: expected a mapping of sections (fetch:, data:, ...) at the top level, "
                          f"found {type(params).__name__}.")
+    odd = [k for k in params if not isinstance(k, str)]
+    if odd:
+        raise InputError(f"{path}: {odd[0]!r} is not a section name; the top level holds sections (fetch:, data:, ...).")
     out = Params(params)
     out.path = path
     return out
@@ -86,13 +109,13 @@ def section(params: dict[str, Any], name: str, cls: type[T], values: dict[str, A
     """
     values = raw_section(params, name) if values is None else dict(values)
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(values) - fields)
+    unknown = sorted(map(str, set(values) - fields))
     if unknown:
         raise InputError(f"{source(params)}: unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
                          f"'{name}' accepts {sorted(fields)}.")
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return _build(cls, {**values, **given})
+        return _build(cls, {**values, **given}, f"{name}.")
     except (TypeError, ValueError) as e:
         if given and _builds(cls, values):  # the file alone is fine: a command-line option broke it
             culprits = [k for k in given if not _builds(cls, {**values, k: given[k]})] or list(given)
@@ -102,9 +125,15 @@ def section(params: dict[str, Any], name: str, cls: type[T], values: dict[str, A
         raise InputError(f"{source(params)}, section '{name}': {e}") from None
 
 
-def _build(cls: type[T], values: dict[str, Any]) -> T:
-    check_types(cls, values)
-    return cls(**values)
+def _build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
+    check_types(cls, values, prefix)
+    try:
+        obj = cls(**values)  # the Config's own checks speak first: their messages are the most specific
+    except (AttributeError, KeyError, IndexError, ZeroDivisionError) as e:  # a check tripped on a bad shape
+        check_containers(cls, values, prefix)
+        raise ValueError(f"{prefix.rstrip('.')}: {type(e).__name__}: {e}") from None
+    check_containers(cls, values, prefix)
+    return obj
 
 
 def _builds(cls: type, values: dict[str, Any]) -> bool:
@@ -120,16 +149,88 @@ def _shown(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
-def check_types(cls: type, values: dict[str, Any]) -> None:
+def check_types(cls: type, values: dict[str, Any], prefix: str = "") -> None:
     """ValueError naming the key when a value's type does not fit a simple field (int, float, bool, str,
-    Path, or one of them | None); containers are left to the Config's own checks."""
-    hints = typing.get_type_hints(cls)
+    Path, or one of them | None) or breaks the field's declared bound (`Count`, `Positive`, ...); containers
+    are left to the Config's own checks. `prefix` names a nested section in the message ("sft.")."""
+    hints = typing.get_type_hints(cls, include_extras=True)
     for key, value in values.items():
-        allowed = _simple(hints.get(key))
+        hint = hints.get(key)
+        allowed = _simple(hint)
         if allowed is None or (value is None and type(None) in allowed):
             continue
         if not _fits(value, allowed):
-            raise ValueError(f"{key} must be {' or '.join(_NAMES[t] for t in allowed)}, not {value!r}")
+            raise ValueError(f"{prefix}{key} must be {' or '.join(_NAMES[t] for t in allowed)}, not {value!r}")
+        for bound in _bounds(hint):
+            if not bound[1](value):
+                raise ValueError(f"{prefix}{key} must be {bound[0]}, not {value!r}")
+
+
+def check_containers(cls: type, values: dict[str, Any], prefix: str = "") -> None:
+    """ValueError naming the key when a container field's value has the wrong shape (a None where a dict of
+    lists belongs, a "3" in a dict of ints)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for key, value in values.items():
+        hint = hints.get(key)
+        if hint is not None and _simple(hint) is None and not _fits_container(hint, value):
+            raise ValueError(f"{prefix}{key} must be {_shown_type(hint)}, not {value!r:.80}")
+
+
+def check_nested(cls: type, values: dict[str, Any], name: str) -> None:
+    """A sub-section (train.sft, model.tiny) checked like a section: known keys, types and bounds."""
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(map(str, set(values) - fields))
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; '{name}' accepts "
+                         f"{sorted(fields)}")
+    check_types(cls, values, prefix=f"{name}.")
+
+
+@functools.cache
+def _adapter(hint: Any) -> Any:
+    """pydantic's validator for a container hint (dict[str, list[str]], ...); None when it has none."""
+    import pydantic
+
+    try:
+        return pydantic.TypeAdapter(hint)
+    except (pydantic.PydanticSchemaGenerationError, TypeError):
+        return None
+
+
+def _fits_container(hint: Any, value: Any) -> bool:
+    """Whether `value` has the shape a container field declares (strict: "3" is no int, None no dict), so a
+    Config's own checks never meet a None where they iterate a dict."""
+    import pydantic
+
+    adapter = _adapter(hint)
+    if adapter is None:
+        return True
+    try:
+        adapter.validate_python(value, strict=True)
+    except pydantic.ValidationError:
+        return False
+    return True
+
+
+def _shown_type(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("NoneType", "null")
+
+
+def _bounds(hint: Any) -> list[tuple[str, Any]]:
+    """(what, test) for each annotated_types bound in `hint` (also inside `X | None`)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return [b for arg in typing.get_args(hint) for b in _bounds(arg)]
+    out: list[tuple[str, Any]] = []
+    for m in getattr(hint, "__metadata__", ()):
+        if isinstance(m, at.Ge):
+            out.append((f">= {m.ge}", lambda v, x=m.ge: v >= x))
+        elif isinstance(m, at.Gt):
+            out.append((f"> {m.gt}", lambda v, x=m.gt: v > x))
+        elif isinstance(m, at.Le):
+            out.append((f"<= {m.le}", lambda v, x=m.le: v <= x))
+        elif isinstance(m, at.Lt):
+            out.append((f"< {m.lt}", lambda v, x=m.lt: v < x))
+    return out
 
 
 _NAMES = {int: "an int", float: "a number", bool: "true or false", str: "a string", Path: "a path",
@@ -138,10 +239,12 @@ _SIMPLE = (int, float, bool, str, Path)
 
 
 def _simple(hint: Any) -> tuple[type, ...] | None:
+    if typing.get_origin(hint) is Annotated:
+        return _simple(typing.get_args(hint)[0])
     if hint in _SIMPLE:
         return (hint,)
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = typing.get_args(hint)
+        args = tuple(typing.get_args(a)[0] if typing.get_origin(a) is Annotated else a for a in typing.get_args(hint))
         if all(a in _SIMPLE or a is type(None) for a in args):
             return args
     return None

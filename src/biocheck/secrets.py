@@ -1,24 +1,47 @@
 """Secrets come only from the environment; `redact` blanks them out of any text we store or print.
 
-A server may echo a key back in an error body ("Incorrect API key provided: sk-..."), and that text
-travels into traces, summaries, logs and MLflow. Every error text is therefore passed through `redact`
-where it is made and again where it leaves the program (CLI errors, log lines, MLflow params and files).
+A server may echo a key back, in an error body ("Incorrect API key provided: sk-...") or in an ordinary
+answer, and that text travels into traces, reports, summaries, logs and MLflow. So redaction sits where text
+leaves the program, not at each place an error is made: the file writers of `biocheck.io`, the CLI's
+stdout and stderr, the log handlers and MLflow all pass what they write through `redact`/`redact_json`.
+
+What counts as a secret (the rules are stated for users in docs/mlflow.md, "Secrets"):
+- the value of every variable in NAMES or whose name matches PATTERN (`*_API_KEY`, `*_TOKEN`, ...);
+- the password of a URL held by any variable (`https://user:pw@host/`), and the values of its query
+  parameters whose names look secret (`?api_key=`, `?token=`, `?sig=`, ...);
+- except PLACEHOLDERS: what local servers accept as "no key" ("EMPTY" for vLLM, ...) and flag values.
+Each is blanked as typed and in the forms it is commonly echoed in (URL-encoded, JSON- or HTML-escaped).
+A value of MIN_CHARS or more characters is blanked wherever it occurs; a shorter one only as a whole token
+(not inside a longer word), so a short key never cuts ordinary words.
 """
 
 from __future__ import annotations
 
+import functools
+import html
+import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 MASK = "***"
 # Named secrets BioCheck (or a library it drives) reads; any other *_API_KEY/*_TOKEN/... counts too.
 NAMES = ("OPENAI_API_KEY", "NCBI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "MLFLOW_TRACKING_PASSWORD",
          "MLFLOW_TRACKING_TOKEN")
-PATTERN = re.compile(r".+_(API_KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
-# Shorter values are placeholders ("EMPTY", "none" for a local vLLM server), not secrets; blanking them
-# would mangle ordinary words in every report.
+PATTERN = re.compile(r".+_(API_KEY|TOKEN|SECRET|PASSWORD|SECRET_KEY|ACCESS_KEY|PRIVATE_KEY)$", re.IGNORECASE)
+# Query parameters of a URL-valued variable whose values are credentials (api_key, access_token, sig, ...).
+SECRET_PARAM = re.compile(r"key|token|secret|passw|pwd|credential|signature|^sig$|^auth|auth$", re.IGNORECASE)
+# Values that are not secrets (compared case-insensitively): what local OpenAI-compatible servers take for
+# "no key" (vLLM's docs say EMPTY, llama.cpp's server sk-no-key-required, LM Studio lm-studio, Ollama
+# ollama) and flag values (HF_HUB_DISABLE_IMPLICIT_TOKEN=1): blanking those would mangle every report.
+PLACEHOLDERS = frozenset({"", "-", "x", "0", "1", "true", "false", "yes", "no", "on", "off", "empty", "none",
+                          "null", "dummy", "fake", "test", "placeholder", "changeme", "not-needed", "no-key",
+                          "sk-no-key-required", "lm-studio", "ollama"})
+# A value this long or longer is blanked wherever it occurs, even inside a word; a shorter one only as a
+# whole token (no letter, digit or _ right before or after it).
 MIN_CHARS = 8
 
 
@@ -34,25 +57,117 @@ def _environ(tries: int = 100) -> dict[str, str]:
     return dict(os.environ)
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether the variable `name` holds a secret as a whole (a key, token, password)."""
+    return name.upper() in NAMES or PATTERN.match(name) is not None
+
+
+def _real(value: str | None) -> str | None:
+    value = (value or "").strip()
+    return value if value.lower() not in PLACEHOLDERS else None
+
+
+def _url_secrets(value: str) -> set[str]:
+    """The password and the secret-named query values of a URL (nothing for any other value)."""
+    if "://" not in value:
+        return set()
+    try:
+        parts = urllib.parse.urlsplit(value.strip())
+        password = parts.password
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:  # not a URL after all, e.g. "http://[::1"
+        return set()
+    found = {password, urllib.parse.unquote(password)} if password else set()
+    found |= {v for k, v in query if SECRET_PARAM.search(k)}
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _secrets_of(name: str, value: str) -> frozenset[str]:
+    """The secrets one variable holds (cached: this runs for every variable on every redaction)."""
+    found = {value} if is_secret_name(name) else _url_secrets(value)
+    return frozenset(v for v in map(_real, found) if v)
+
+
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """The secret values set in the environment, longest first (so a secret inside another goes too)."""
     env = _environ() if environ is None else environ
-    values = {v.strip() for k, v in env.items() if (k.upper() in NAMES or PATTERN.match(k)) and v}
-    return sorted((v for v in values if len(v) >= MIN_CHARS), key=len, reverse=True)
+    values: set[str] = set()
+    for k, v in env.items():
+        values |= _secrets_of(k, v)
+    return sorted(values, key=len, reverse=True)
+
+
+def _forms(value: str) -> set[str]:
+    """`value` and the forms a server or a writer commonly echoes it in."""
+    quoted = {urllib.parse.quote(value), urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value)}
+    quoted |= {re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), q) for q in quoted}  # %2f as well as %2F
+    escaped = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1],
+               html.escape(value), html.escape(value, quote=False)}
+    return {value, *quoted, *escaped}
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(values: frozenset[str], binary: bool = False) -> re.Pattern:
+    """One regex for every form of every value, longest first; short values only as whole tokens."""
+    whole: dict[str, bool] = {}
+    for v in values:
+        for form in _forms(v):
+            whole[form] = whole.get(form, True) and len(v) < MIN_CHARS
+    alternatives = [rf"(?<!\w){re.escape(f)}(?!\w)" if whole[f] else re.escape(f)
+                    for f in sorted(whole, key=len, reverse=True)]
+    source = "|".join(alternatives)
+    return re.compile(source.encode() if binary else source)
+
+
+def _values(extra: Iterable[str | None] = ()) -> frozenset[str]:
+    return frozenset({*secret_values(), *(v for v in map(_real, extra) if v)})
+
+
+def redactor(extra: Iterable[str | None] = ()) -> Callable[[str], str] | None:
+    """A function that blanks every secret (from the environment, and each of `extra`) out of a str; None
+    when there is none to blank, so that a writer skips the work."""
+    values = _values(extra)
+    if not values:
+        return None
+    return functools.partial(_pattern(values).sub, MASK)
 
 
 def redact(text: object, extra: Iterable[str | None] = ()) -> str:
     """`text` with every secret from the environment (and each of `extra`, e.g. a key passed in code) as ***."""
     out = str(text)
-    more = [s for s in extra if s and len(s) >= MIN_CHARS]
-    for secret in sorted({*secret_values(), *more}, key=len, reverse=True):
-        out = out.replace(secret, MASK)
-    return out
+    sub = redactor(extra)
+    return sub(out) if sub else out
+
+
+def redact_json(obj: Any) -> Any:
+    """`obj` (JSON-like data) with the secrets blanked from every string in it, dict keys included; numbers
+    and the structure are left alone, so the JSON written from it stays valid. `obj` itself without secrets."""
+    return json_redactor()(obj)
+
+
+def json_redactor() -> Callable[[Any], Any]:
+    """`redact_json` with the secrets looked up once (for a writer of many rows)."""
+    sub = redactor()
+    return (lambda obj: obj) if sub is None else functools.partial(_walk, sub=sub)
+
+
+def _walk(obj: Any, sub: Callable[[str], str]) -> Any:
+    if isinstance(obj, str):
+        return sub(obj)
+    if isinstance(obj, Mapping):
+        return {sub(k) if isinstance(k, str) else k: _walk(v, sub) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_walk(v, sub) for v in obj]
+    return obj
 
 
 def contains_secret(data: str | bytes) -> bool:
     """Whether `data` holds a secret from the environment (for files that cannot be rewritten)."""
-    return any((s.encode() if isinstance(data, bytes) else s) in data for s in secret_values())
+    values = _values()
+    if not values:
+        return False
+    return _pattern(values, isinstance(data, bytes)).search(data) is not None
 
 
 class RedactingFilter(logging.Filter):

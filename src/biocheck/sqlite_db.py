@@ -8,12 +8,18 @@ nothing), and "database is locked/busy" retried with jittered backoff until `loc
 A file that is not an SQLite database, or a damaged one (cut short, overwritten), raises
 `error` with one line saying which file and what to do (`damaged_hint`), whenever SQLite notices:
 when opening, or on the first read of a damaged page.
+
+A new database is made under a temporary name and linked into place complete (schema, WAL mode), so
+no process ever sees it half-made. SQLite would take a 0-byte file for an empty database; here such
+a file was never written by this code (a copy, download or checkout cut short, `touch`) and is
+refused like a damaged one, rather than quietly used as an empty store.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import secrets
 import sqlite3
 import threading
 import time
@@ -63,7 +69,48 @@ class SQLiteDB:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
+        self._create_or_check()
         self._init_schema()
+
+    def _create_or_check(self) -> None:
+        """Make a missing database (complete, then linked into place); refuse a 0-byte file."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            self._create()
+            return
+        except OSError as exc:
+            raise self.error(f"{self.label} {self.path}: cannot read it ({exc.strerror or exc})") from None
+        if size == 0 and self.path.is_file():
+            raise self.error(f"{self.label} {self.path} is empty (0 bytes), not a database this code wrote (a copy "
+                             f"or checkout cut short?); {self.damaged_hint}")
+
+    def _create(self) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}.new")
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # the usual mode (umask)
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("BEGIN IMMEDIATE")
+                self._create_schema(conn)
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass  # another process made it first: that one is used
+            except OSError:  # a file system without hard links: a rename, unless one appeared meanwhile
+                if not self.path.exists():
+                    os.replace(tmp, self.path)
+        except sqlite3.DatabaseError as exc:
+            raise self._failure("create", exc) from None
+        except OSError as exc:
+            raise self.error(f"{self.label} {self.path}: cannot create it ({exc.strerror or exc})") from None
+        finally:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{tmp}{suffix}").unlink(missing_ok=True)
 
     # -- connections ---------------------------------------------------------------------------
 

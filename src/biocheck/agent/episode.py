@@ -21,7 +21,7 @@ from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
 from biocheck.agent.limits import MAX_REFUSALS, MAX_SEARCHES
 from biocheck.agent.prompts import Prompts
 from biocheck.labels import Label
-from biocheck.llm.base import ChatLLM
+from biocheck.llm.base import REQUEST_TIMEOUT_S, ChatLLM
 from biocheck.pubmed.types import Article
 from biocheck.report.parse import parse_report
 from biocheck.report.schema import Report
@@ -38,6 +38,7 @@ class AgentConfig:
     top_p: float = 1.0
     seed: int | None = 0
     workers: int = 1  # episodes in parallel (batch mode)
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # a model server's answer (openai:); a stalled one fails the episode
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -55,6 +56,9 @@ class AgentConfig:
             raise ValueError(f"agent.top_p must be in (0, 1], not {self.top_p}")
         if self.workers < 1:
             raise ValueError(f"agent.workers must be >= 1, not {self.workers}")
+        if not (math.isfinite(self.request_timeout_s) and self.request_timeout_s > 0):
+            raise ValueError(f"agent.request_timeout_s must be a number of seconds above 0 (the wait for one "
+                             f"answer of a model server), not {self.request_timeout_s}")
 
 
 class Episode(BaseModel):

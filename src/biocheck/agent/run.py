@@ -3,6 +3,8 @@
 The agent itself is built from params by `biocheck.wiring.agent`. A batch (`biocheck check --claims`)
 writes one trace per claim as it finishes; each trace carries the key of what produced it (`run_key`),
 so a rerun reuses exactly the traces that the same claim, model, prompts and settings would produce again.
+An --out folder holds one run: its key's run part (model, prompts, settings, the evidence index's content)
+is the same for every trace in it, and a batch with another one is refused rather than mixed in.
 """
 
 from __future__ import annotations
@@ -21,19 +23,25 @@ from tqdm.auto import tqdm
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode
 from biocheck.agent.graph import LLM_ERROR
-from biocheck.io import InputError, parse_jsonl, write_text_atomic
+from biocheck.io import InputError, parse_jsonl, write_json_atomic
 from biocheck.labels import LABELS
 from biocheck.llm.base import LLMError
 from biocheck.pubmed.types import SearchError
+from biocheck.secrets import redact_json
 
 log = logging.getLogger(__name__)
 
 SUMMARY = "summary.json"
 RESERVED = frozenset({"summary", "metrics", "scores"})  # files written beside the traces (biocheck score skips them)
-MAX_SLUG = 80  # file names stay far below the usual 255-byte limit
+# A trace's name is at most MAX_SLUG bytes of UTF-8 plus "-" and the hash, then ".json": with the 14 bytes an
+# atomic write adds for its temporary, 110 bytes, within every common file system's limit (eCryptfs: 143).
+MAX_SLUG = 80
 HASH_CHARS = 10
 _HASHED = re.compile(rf".*-[0-9a-f]{{{HASH_CHARS}}}")
-NOT_IN_KEY = {"agent": ("workers",), "search": ("timeout_s", "max_attempts")}  # how, not what: no effect on a trace
+_PLAIN = re.compile(r"[a-z0-9_-][a-z0-9._-]*")  # ASCII only: other scripts fold case unlike Python's lower()
+CLAIM_FIELDS = ("claim_id", "claim", "dataset", "gold_label")  # the claim's part of a run key; the rest is the run's
+# how, not what: no effect on a trace
+NOT_IN_KEY = {"agent": ("workers", "request_timeout_s"), "search": ("timeout_s", "max_attempts")}
 EXAMPLE = '{"claim": "Vitamin D prevents fractures.", "id": "c1"}'
 
 # --- claims --------------------------------------------------------------------------------------------------
@@ -66,6 +74,11 @@ def read_claims(path: Path | str) -> list[dict[str, Any]]:
 def _claim(row: dict[str, Any], i: int, path: Path) -> dict[str, Any]:
     where = f"{path}, record {i}"
     claim, cid, label, dataset = row.get("claim"), row.get("id"), row.get("label"), row.get("dataset")
+    for name, value in (("id", cid), ("claim", claim), ("dataset", dataset)):
+        problem = text_problem(value) if isinstance(value, str) else None
+        if problem:
+            raise InputError(f"{where}: '{name}' {problem}; it cannot be written to a trace or sent to a model, "
+                             "so fix that text in the file.")
     if not isinstance(claim, str) or not claim.strip():
         raise InputError(f"{where}: needs a non-empty 'claim' string.")
     if cid is not None and (isinstance(cid, bool) or not isinstance(cid, (str, int))):
@@ -79,23 +92,46 @@ def _claim(row: dict[str, Any], i: int, path: Path) -> dict[str, Any]:
     return {"claim": claim, "claim_id": str(i if cid is None else cid), "dataset": dataset, "gold_label": label}
 
 
+def text_problem(value: str) -> str | None:
+    """Why `value` cannot leave the process (a lone surrogate such as a JSON "\\ud800" escape: UTF-8 files,
+    JSON writers and model servers refuse it), or None for valid text."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"is not valid Unicode text (a lone surrogate {value[e.start]!r} at character {e.start + 1})"
+    return None
+
+
 # --- traces --------------------------------------------------------------------------------------------------
 
 
 def trace_name(claim_id: str) -> str:
-    """The trace file's name (without .json) for a claim id; no two ids share one.
+    """The trace file's name (without .json) for a claim id; no two ids share one, and it fits in bytes.
 
-    A plain id (lower-case letters, digits, - _ .) is its own name. Any other id, or one that could be
-    mistaken for the summary or for a hashed name, becomes a readable slug plus a hash of the exact id:
-    `a/b` and `a_b` (and `A` and `a`, on a case-insensitive disk) then never write the same file.
+    A plain id (at most MAX_SLUG lower-case ASCII letters, digits, - _ .) is its own name. Any other id, or
+    one that could be mistaken for the summary or for a hashed name, becomes a readable slug (cut to MAX_SLUG
+    bytes of UTF-8) plus a hash of the exact id: `a/b` and `a_b` (and `A` and `a`, on a case-insensitive
+    disk) then never write the same file. Any string is taken, lone surrogates included.
     """
-    slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in claim_id)[:MAX_SLUG]
-    plain = (slug == claim_id and claim_id == claim_id.lower() and not claim_id.startswith(".")
-             and claim_id not in RESERVED and not _HASHED.fullmatch(claim_id))
+    plain = (len(claim_id) <= MAX_SLUG and _PLAIN.fullmatch(claim_id) is not None and claim_id not in RESERVED
+             and not _HASHED.fullmatch(claim_id))
     if plain:
         return claim_id
-    digest = hashlib.sha256(claim_id.encode("utf-8")).hexdigest()[:HASH_CHARS]
-    return f"{slug.lstrip('.') or 'claim'}-{digest}"
+    digest = hashlib.sha256(claim_id.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
+    return f"{_slug(claim_id) or 'claim'}-{digest}"
+
+
+def _slug(claim_id: str) -> str:
+    """The readable part of a hashed name: letters and digits of any script, - _ . kept, the rest "_", no
+    leading dot, at most MAX_SLUG bytes."""
+    out, size = [], 0
+    for ch in claim_id:
+        ch = ch if ch.isalnum() or ch in "-_." else "_"  # a lone surrogate is not alnum: never in a name
+        size += len(ch.encode("utf-8"))
+        if size > MAX_SLUG:
+            break
+        out.append(ch)
+    return "".join(out).lstrip(".")
 
 
 def trace_path(out_dir: Path, claim_id: str) -> Path:
@@ -103,7 +139,7 @@ def trace_path(out_dir: Path, claim_id: str) -> Path:
 
 
 def write_trace(episode: Episode, path: Path) -> None:
-    write_text_atomic(path, episode.model_dump_json(indent=2) + "\n")
+    write_json_atomic(path, episode.model_dump(mode="json"))  # secrets blanked from every text in it
 
 
 def episode_error(episode: Episode) -> str | None:
@@ -113,14 +149,40 @@ def episode_error(episode: Episode) -> str | None:
     return episode.stop_reason.removeprefix(LLM_ERROR).lstrip(":").strip() or "the model failed"
 
 
-def run_key(agent: Agent, claim: dict[str, Any], search: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything a claim's trace depends on; a rerun reuses the trace only when all of it is unchanged."""
+def run_key(agent: Agent, claim: dict[str, Any], search: dict[str, Any] | None = None,
+            settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything a claim's trace depends on; a rerun reuses the trace only when all of it is unchanged.
+    `settings`: the run's part, `run_settings(agent, search)`, when already computed."""
+    claim_part = {"claim_id": claim["claim_id"], "claim": claim["claim"], "dataset": claim.get("dataset"),
+                  "gold_label": claim.get("gold_label")}
+    return {**_as_stored(claim_part), **(settings if settings is not None else run_settings(agent, search))}
+
+
+def run_settings(agent: Agent, search: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The part of a run key every claim of a run shares: model, prompts, agent and search settings, and the
+    content of the evidence index searched (`evidence`)."""
     settings = {k: v for k, v in asdict(agent.cfg).items() if k not in NOT_IN_KEY["agent"]}
-    key = {"claim_id": claim["claim_id"], "claim": claim["claim"], "dataset": claim.get("dataset"),
-           "gold_label": claim.get("gold_label"), "llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint,
-           "prompt_hash": agent.prompts_hash, "agent": settings, "search_backend": agent.search_backend,
-           "search": {k: v for k, v in (search or {}).items() if k not in NOT_IN_KEY["search"]}}
-    return json.loads(json.dumps(key, default=str))  # as it reads back from a trace (paths, tuples)
+    return _as_stored({"llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint,
+                       "prompt_hash": agent.prompts_hash, "agent": settings, "search_backend": agent.search_backend,
+                       "search": {k: v for k, v in (search or {}).items() if k not in NOT_IN_KEY["search"]},
+                       "evidence": evidence_fingerprint(search)})
+
+
+def _as_stored(key: dict[str, Any]) -> dict[str, Any]:
+    # As it reads back from a trace: paths and tuples as JSON, secrets blanked (a secret in a spec or a claim
+    # would otherwise never match the stored key, and every rerun would redo the claim).
+    return redact_json(json.loads(json.dumps(key, default=str)))
+
+
+def evidence_fingerprint(search: Any) -> str | None:
+    """What the searched evidence holds, for a local index (`search` as a dict or a SearchConfig): its content
+    fingerprint, so a rebuilt index with other papers makes another run. None for PubMed, live or replayed."""
+    from biocheck.pubmed.local import index_fingerprint  # tantivy, only when a local index is named
+
+    get = search.get if isinstance(search, dict) else lambda k: getattr(search, k, None)
+    if search is None or get("backend") != "local" or not get("index_dir"):
+        return None
+    return index_fingerprint(get("index_dir"))
 
 
 def changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -133,6 +195,30 @@ def changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         elif a != b:
             out.append(k)
     return out
+
+
+def check_one_run(out_dir: Path, settings: dict[str, Any]) -> None:
+    """InputError when `out_dir` holds a trace of another run (another model, prompts, settings or evidence):
+    rerunning into it would overwrite some of that run's traces and leave the others, two runs mixed."""
+    for path in sorted(out_dir.glob("*.json")):
+        old = _stored_key(path) if path.stem not in RESERVED else None
+        if old is None:
+            continue
+        diff = changed({k: v for k, v in old.items() if k not in CLAIM_FIELDS}, settings)
+        if diff:
+            more = f" and {len(diff) - 5} more" if len(diff) > 5 else ""
+            raise InputError(f"--out {out_dir}: holds the traces of another run ({path.name} differs in "
+                             f"{', '.join(diff[:5])}{more}); give this run a new --out, or remove that folder to "
+                             "start it over (a rerun with the same model, prompts, settings and evidence resumes).")
+
+
+def _stored_key(path: Path) -> dict[str, Any] | None:
+    """The run key a trace file records; None for a file that is unreadable or not a trace (it is rerun or left)."""
+    try:
+        key = json.loads(path.read_bytes()).get("run_key")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return key if isinstance(key, dict) and key else None
 
 
 def reuse(path: Path, key: dict[str, Any]) -> str | None:
@@ -170,8 +256,11 @@ def run_batch(
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: is a file; --out wants a folder for the traces.")
+    settings = run_settings(agent, search)
+    if out_dir.is_dir():
+        check_one_run(out_dir, settings)
     out_dir.mkdir(parents=True, exist_ok=True)
-    keys = {c["claim_id"]: run_key(agent, c, search) for c in claims}
+    keys = {c["claim_id"]: run_key(agent, c, settings=settings) for c in claims}
     why = {c["claim_id"]: reuse(trace_path(out_dir, c["claim_id"]), keys[c["claim_id"]]) if resume else "no resume"
            for c in claims}
     todo = [c for c in claims if why[c["claim_id"]] is not None]
@@ -186,7 +275,11 @@ def run_batch(
             return cid, str(e)
         error = episode_error(ep)
         if error is None:  # a failed episode leaves no trace: the rerun retries it
-            write_trace(ep.model_copy(update={"run_key": keys[cid]}), trace_path(out_dir, cid))
+            path = trace_path(out_dir, cid)
+            try:
+                write_trace(ep.model_copy(update={"run_key": keys[cid]}), path)
+            except (OSError, ValueError, InputError) as e:  # this claim fails, not the batch
+                return cid, f"could not write its trace {path.name}: {' '.join(str(e).split())[:200]}"
         return cid, error
 
     errors: dict[str, str] = {}
@@ -206,7 +299,7 @@ def run_batch(
                          if c["claim_id"] in errors]
     summary["reused"] = len(claims) - len(todo)
     summary["rerun"] = dict(rerun)
-    write_text_atomic(out_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    write_json_atomic(out_dir / SUMMARY, summary)
     return summary
 
 

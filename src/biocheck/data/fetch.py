@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 from tqdm.auto import tqdm
 
+from biocheck.bounds import Count, Positive
 from biocheck.data.sources import healthfc_frame, read_scifact_tar
 from biocheck.io import InputError, atomic_path, remove_stale_tmp, write_json_atomic
 
@@ -62,23 +63,33 @@ SOURCES: tuple[Source, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Mirror:
+    """A local mirror, with what the user set to choose it, so an error names that and how to undo it."""
+
+    path: Path
+    named: str  # "--mirror DIR" or "BIOCHECK_DATA_MIRROR=DIR"
+    undo: str  # how to download instead
+
+
 @dataclass
 class FetchConfig:
     raw_dir: Path = Path("data/raw")
     sources: tuple[Source, ...] = SOURCES
     mirror: Path | None = None  # defaults to $BIOCHECK_DATA_MIRROR
-    timeout_s: float = 30.0
-    max_attempts: int = 4
+    timeout_s: Positive = 30.0
+    max_attempts: Count = 4
     backoff_s: float = 2.0  # first retry waits ~backoff_s, then doubles (with jitter)
     force: bool = False
     progress: bool = True
     extra_headers: dict[str, str] = field(default_factory=dict)
 
-    def resolved_mirror(self) -> Path | None:
+    def mirror_source(self) -> Mirror | None:
+        """The mirror in use and how the user chose it (the option wins over the environment)."""
         if self.mirror is not None:
-            return Path(self.mirror)
+            return Mirror(Path(self.mirror), f"--mirror {self.mirror}", "leave out --mirror")
         env = os.environ.get(MIRROR_ENV, "").strip()
-        return Path(env) if env else None
+        return Mirror(Path(env), f"{MIRROR_ENV}={env}", f"unset {MIRROR_ENV}") if env else None
 
 
 class FetchError(Exception):
@@ -162,34 +173,45 @@ def _download(src: Source, dest: Path, cfg: FetchConfig) -> tuple[str, int]:
     )
 
 
-def _copy_from_mirror(src: Source, mirror: Path, dest: Path, cfg: FetchConfig) -> tuple[str, int]:
-    path = mirror / src.relpath
-    if not path.is_file():
-        raise FetchError(
-            f"{MIRROR_ENV}={mirror} has no {src.relpath} (looked for {path}). A mirror must hold "
-            f"{', '.join(s.relpath for s in cfg.sources)}; unset {MIRROR_ENV} to download from {src.url}."
-        )
+def _check_mirror(mirror: Mirror, cfg: FetchConfig) -> None:
+    """Every file the mirror must hold is there, before anything is copied."""
+    holds = ", ".join(s.relpath for s in cfg.sources)
+    if not mirror.path.is_dir():
+        what = "is a file" if mirror.path.exists() else "does not exist"
+        raise FetchError(f"{mirror.named}: {what}; a mirror is a folder holding {holds}. Point it at one, "
+                         f"or {mirror.undo} to download from the official URLs.")
+    for src in cfg.sources:
+        path = mirror.path / src.relpath
+        if not path.is_file():
+            raise FetchError(f"{mirror.named} has no {src.relpath} (looked for {path}). A mirror must hold "
+                             f"{holds}; {mirror.undo} to download from {src.url}.")
+
+
+def _copy_from_mirror(src: Source, mirror: Mirror, dest: Path, cfg: FetchConfig) -> tuple[str, int]:
+    path = mirror.path / src.relpath
     try:
         return _copy_stream(_open_file(path), dest, src, str(path), cfg)
     except _Retryable as e:  # the mirror file changed size while we read it
         raise FetchError(f"Reading {path} failed: {e}") from None
     except InputError as e:
-        raise FetchError(f"{e} The mirror's copy is damaged: replace it with the official file ({src.url}), "
-                         f"or unset {MIRROR_ENV} to download it. {dest} was not written.") from None
+        raise FetchError(f"{e} The mirror's copy ({mirror.named}) is damaged: replace it with the official file "
+                         f"({src.url}), or {mirror.undo} to download it. {dest} was not written.") from None
 
 
 def fetch(cfg: FetchConfig | None = None) -> dict:
     """Fetch every source into `cfg.raw_dir`; return (and write) the manifest with sha256 per file."""
     cfg = cfg or FetchConfig()
     raw = Path(cfg.raw_dir)
+    mirror = cfg.mirror_source()
+    if mirror:
+        _check_mirror(mirror, cfg)
     raw.mkdir(parents=True, exist_ok=True)
-    mirror = cfg.resolved_mirror()
     old = _read_manifest(raw)
     manifest: dict = {"files": {}}
     for src in cfg.sources:
         dest = raw / src.relpath
         remove_stale_tmp(dest.parent)  # leftovers of a killed earlier run
-        origin = str(mirror / src.relpath) if mirror else src.url
+        origin = str(mirror.path / src.relpath) if mirror else src.url
         prev = old.get("files", {}).get(src.name)
         _remove_if_damaged(src, dest)
         if not cfg.force and prev and dest.is_file() and prev.get("origin") == origin \

@@ -30,8 +30,9 @@ from biocheck.data.sources import (
     read_scifact_tar,
 )
 from biocheck.data.split import stratified_split, stratified_subset
-from biocheck.io import InputError, atomic_dir, dump_jsonl, write_json_atomic
+from biocheck.io import InputError, dump_jsonl, write_json_atomic
 from biocheck.labels import LABELS, Label
+from biocheck.outputs import claim_dir, output_dir
 from biocheck.params import plain
 
 log = logging.getLogger(__name__)
@@ -132,9 +133,13 @@ def stats(p: Prepared) -> dict:
     }
 
 
+# Who may replace data.out_dir, how the user named it, and the files of an unmarked (older) output.
+OUTPUT = ("biocheck data prepare", "--out-dir / data.out_dir", ("manifest.json", "corpus.jsonl"))
+
+
 def write(p: Prepared, cfg: PrepareConfig, inputs: dict) -> dict:
     st = stats(p)
-    with atomic_dir(cfg.out_dir) as tmp:
+    with output_dir(cfg.out_dir, *OUTPUT) as tmp:
         (tmp / "full").mkdir()
         for ds, recs in p.full.items():
             dump_jsonl(tmp / "full" / f"{ds}.jsonl", recs)
@@ -144,8 +149,7 @@ def write(p: Prepared, cfg: PrepareConfig, inputs: dict) -> dict:
                 dump_jsonl(tmp / ds / f"{split}.jsonl", recs)
         dump_jsonl(tmp / "corpus.jsonl", p.corpus)
         cfg_dict = plain(cfg)
-        (tmp / "manifest.json").write_text(json.dumps({"config": cfg_dict, "inputs": inputs, "stats": st},
-                                                      indent=2) + "\n", encoding="utf-8")
+        write_json_atomic(tmp / "manifest.json", {"config": cfg_dict, "inputs": inputs, "stats": st})
     if cfg.metrics_path:
         write_json_atomic(cfg.metrics_path, st)
     return st
@@ -154,6 +158,7 @@ def write(p: Prepared, cfg: PrepareConfig, inputs: dict) -> dict:
 def prepare(cfg: PrepareConfig | None = None) -> dict:
     """Run the whole stage; return the dataset statistics."""
     cfg = cfg or PrepareConfig()
+    claim_dir(cfg.out_dir, *OUTPUT)  # before the work: a wrong --out-dir is refused at once
     full, corpus = load_raw(cfg.raw_dir)
     try:
         inputs = json.loads((cfg.raw_dir / RAW_MANIFEST).read_text(encoding="utf-8")).get("files", {})

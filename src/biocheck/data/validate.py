@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 REQUIRED_COLUMNS = ("id", "dataset", "split", "claim", "label")
 FILE_RULE = "expect_file_to_exist"  # not a GX expectation: a table that is not there has no suite
+COUNT_RULE = "expect_row_count_to_match_manifest"  # nor this: the expected count is per file and split
+MANIFEST = "manifest.json"
 
 
 def _default_rows() -> dict[str, dict[str, int]]:
@@ -172,11 +175,19 @@ def _differs_from_full(row: dict, full_by_id: dict[str, dict], full_file: str) -
     return None
 
 
+def _manifest(prepared: Path) -> Any:
+    """The manifest `prepare` wrote, as parsed JSON (None if it is missing or not JSON)."""
+    try:
+        return json.loads((prepared / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def _kept_labels(prepared: Path) -> dict[str, list[str]]:
     """The labels `prepare` kept per split, from the config its manifest records ({} if none)."""
     try:
-        keep = json.loads((prepared / "manifest.json").read_text(encoding="utf-8"))["config"]["keep_labels"]
-    except (OSError, ValueError, KeyError, TypeError):
+        keep = _manifest(prepared)["config"]["keep_labels"]
+    except (KeyError, TypeError):
         return {}
     return {s: list(v) for s, v in keep.items() if isinstance(v, list)} if isinstance(keep, dict) else {}
 
@@ -267,6 +278,52 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
     return tables
 
 
+def _count_check(table: str, dataset: str, expected: Any, found: int, what: str) -> dict[str, Any]:
+    check = {"table": table, "dataset": dataset, "column": None, "rule": COUNT_RULE,
+             "args": f"value={expected}", "success": found == expected, "observed": found, "expected": expected}
+    if found != expected:
+        says = f"says {expected}" if isinstance(expected, int) else "records no count for it"
+        check["detail"] = (f"{what} holds {found} record{'s' * (found != 1)}, {MANIFEST} {says} (records were "
+                           f"deleted or added after prepare). {REPREPARE}")
+    return check
+
+
+def _recorded(stats: dict, *path: str) -> int | None:
+    """One count from the manifest's stats (None when it records none)."""
+    value: Any = stats
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if type(value) is int else None
+
+
+def count_checks(cfg: ValidateConfig) -> list[dict[str, Any]]:
+    """Every file `prepare` writes, split by split, holds exactly the records its manifest counted: a file
+    with records cut away (or added) is otherwise still well formed, and every rule above would pass it."""
+    d = cfg.prepared_dir
+    manifest = _manifest(d)
+    stats = manifest.get("stats") if isinstance(manifest, dict) else None
+    if not isinstance(stats, dict):
+        why = "missing" if not (d / MANIFEST).is_file() else "holds no record counts (stats)"
+        return [{"table": MANIFEST, "dataset": None, "column": None, "rule": FILE_RULE, "args": "",
+                 "success": False, "detail": f"{why}: the records cannot be counted against it. {REPREPARE}"}]
+    checks = []
+    for ds, splits in DATASET_SPLITS.items():
+        full = d / "full" / f"{ds}.jsonl"
+        if full.is_file():  # a missing full file fails when its table is read
+            in_split = Counter(r.get("split") for r in read_prepared(full))
+            checks += [_count_check(f"full/{ds}.jsonl [{s}]", ds, _recorded(stats, "full", ds, s, "total"),
+                                    in_split[s], f"split '{s}'") for s in splits]
+        for s in splits:
+            path = d / ds / f"{s}.jsonl"
+            if path.is_file():  # a missing one is named by `file_checks`
+                checks.append(_count_check(f"{ds}/{s}.jsonl", ds, _recorded(stats, "working", ds, s, "total"),
+                                           len(read_prepared(path)), f"split '{s}'"))
+    if (d / "corpus.jsonl").is_file():
+        checks.append(_count_check("corpus.jsonl", "scifact", _recorded(stats, "corpus", "docs"),
+                                   len(read_prepared(d / "corpus.jsonl")), "the corpus"))
+    return checks
+
+
 def file_checks(cfg: ValidateConfig) -> list[dict[str, Any]]:
     """One check per working split `prepare` writes: the file must be there."""
     checks = []
@@ -348,7 +405,7 @@ def validate(cfg: ValidateConfig | None = None) -> ValidationResult:
     """Run every suite, write the JSON report (also on failure) and return the result."""
     cfg = cfg or ValidateConfig()
     checks = run_checks(build_tables(cfg), cfg).checks
-    checks = file_checks(cfg) + checks
+    checks = file_checks(cfg) + count_checks(cfg) + checks
     result = ValidationResult(success=all(c["success"] for c in checks), checks=checks)
     write_json_atomic(cfg.report_path, {"success": result.success, "n_checks": len(result.checks),
                                         "n_failed": len(result.failures), "checks": result.checks})

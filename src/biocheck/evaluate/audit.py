@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from biocheck.agent.episode import Episode
+from biocheck.bounds import Count
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.harness import load_episode, run_system
 from biocheck.evaluate.rationale import SIDE_LABEL, gold_docs
@@ -51,12 +52,12 @@ DATASET = "scifact"  # the training claims (SciFact train)
 class AuditConfig:
     """params.yaml `audit:` (group size and temperature are training's own: train.num_generations, .temperature)."""
 
-    claims: int | None = 16  # training claims audited, half per label where the split has them (null: all)
+    claims: Count | None = 16  # training claims audited, half per label where the split has them (null: all)
     seed: int = 0  # which claims, and the first episode's sampling seed (episode k uses seed + k)
     min_signal: float = 0.2  # warn when R_evidence varies in fewer than this share of either label's groups
     out_dir: Path = Path("audit")  # the sampled episodes (cached traces)
     metrics_path: Path = Path("metrics/reward_audit.json")
-    workers: int = 1  # episodes in flight
+    workers: Count = 1  # episodes in flight
     progress: bool = True
 
     def __post_init__(self) -> None:

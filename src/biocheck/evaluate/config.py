@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from biocheck.bounds import Count
+
 SYSTEMS = ("base", "eg_grpo", "outcome_only", "no_retrieval", "pmsearch", "cer", "fire")
 # name -> prepared split; scifact_val (the claims that select checkpoints) for learning checks, not the default
 DATASETS = {"scifact": "scifact/test", "healthfc": "healthfc/test", "scifact_val": "scifact/val"}
@@ -22,10 +24,10 @@ SOURCES = {"scifact": "scifact", "scifact_val": "scifact", "healthfc": None}
 class EvaluateConfig:
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
     datasets: list[str] = field(default_factory=lambda: ["scifact", "healthfc"])
-    workers: int = 1  # claims in flight per system
-    bootstrap: int = 1000  # resamples for the 95% intervals and the paired bootstrap
+    workers: Count = 1  # claims in flight per system
+    bootstrap: Count = 1000  # resamples for the 95% intervals and the paired bootstrap
     seed: int = 0
-    limit: int | None = None  # first N claims per dataset (ad-hoc runs; null = all)
+    limit: Count | None = None  # first N claims per dataset (ad-hoc runs; null = all)
     out_dir: Path = Path("eval")  # predictions/<system>/<dataset>.jsonl, traces/, cache/
     report_dir: Path = Path("reports/eval")  # the static gallery (index.html)
     metrics_path: Path = Path("metrics/eval.json")

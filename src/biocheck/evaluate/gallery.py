@@ -27,9 +27,10 @@ from biocheck.evaluate.gallery_svg import bar_chart, confusion_svg, interval, nu
 from biocheck.evaluate.headline import COLUMNS, PAIRED_NAMES, dataset_notes, p_text
 from biocheck.evaluate.rationale import sentence_f1
 from biocheck.evaluate.systems.base import Prediction
-from biocheck.io import atomic_dir
+from biocheck.io import write_text_atomic
 from biocheck.labels import LABELS
 from biocheck.metrics import OTHER
+from biocheck.outputs import output_dir
 from biocheck.report.render import render_html
 
 e = html.escape
@@ -60,6 +61,10 @@ class _Claim:
     preds: dict[str, Prediction] = field(default_factory=dict)
 
 
+# Who may replace the gallery folder (biocheck.outputs), how the user names it, an unmarked older gallery.
+OUTPUT = ("biocheck evaluate", "evaluate.report_dir", ("index.html",))
+
+
 def write_gallery(report_dir: Path, predictions: dict[tuple[str, str], list[Prediction]],
                   load_episode: Callable[[Prediction], Episode | None], metrics: dict, paired: dict) -> Path:
     """Write the gallery folder atomically (it replaces `report_dir` as a whole); return its index.html.
@@ -72,15 +77,14 @@ def write_gallery(report_dir: Path, predictions: dict[tuple[str, str], list[Pred
     datasets = _ordered({d for _, d in predictions} | {d for m in metrics.values() if isinstance(m, Mapping)
                                                        for d in m}, tuple(DATASETS))
     claims = _claims(predictions, datasets)
-    with atomic_dir(report_dir) as tmp:
+    with output_dir(report_dir, *OUTPUT) as tmp:
         for claim in claims:
             episodes = {s: load_episode(p) for s, p in claim.preds.items()}
             claim.text = next((ep.claim for ep in episodes.values() if ep is not None and ep.claim), "")
             page = tmp / claim.page
             page.parent.mkdir(parents=True, exist_ok=True)
-            page.write_text(_claim_page(claim, systems, episodes), encoding="utf-8")
-        (tmp / "index.html").write_text(_index(systems, datasets, claims, predictions, metrics, paired),
-                                        encoding="utf-8")
+            write_text_atomic(page, _claim_page(claim, systems, episodes))  # secrets blanked
+        write_text_atomic(tmp / "index.html", _index(systems, datasets, claims, predictions, metrics, paired))
     return report_dir / "index.html"
 
 

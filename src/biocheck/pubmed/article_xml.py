@@ -21,6 +21,14 @@ the markup inside text fields into plain text while parsing:
 
 `article_from_record` is the one place a PubMed record becomes an `Article`; the efetch parser
 and the baseline file reader (`baseline.py`) both use it.
+
+A baseline file is the user's file, not NCBI's reply, so `iter_pubmed_records` asks more of it and
+less: its root must be a PubmedArticleSet (a DOCTYPE or first element naming anything else is
+`NotPubMedXMLError` at once), and a DTD that is local, unknown or missing altogether is replaced by
+the newest bundled PubMed DTD. No file or URL a document names is ever opened: a DTD is looked up by
+its file name among Biopython's bundled DTDs only, and an external general entity (`<!ENTITY x
+SYSTEM "file:///...">`, the XXE attack) is refused (`UnsafeXMLError`). Entity expansion bombs are
+stopped by expat itself (its amplification limit, expat >= 2.4).
 """
 
 from __future__ import annotations
@@ -31,8 +39,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
+from urllib.parse import urlparse
 from xml.parsers import expat
 
 from Bio.Entrez.Parser import CorruptedXMLError, DataHandler, NotXMLError, ValidationError
@@ -62,6 +71,17 @@ class XMLParseError(Exception):
 
 class MissingDTDError(Exception):
     """The XML names a DTD that Biopython does not bundle (and we refuse to download)."""
+
+
+class NotPubMedXMLError(XMLParseError):
+    """Well-formed XML that is not a PubmedArticleSet, or one without any record."""
+
+
+class UnsafeXMLError(XMLParseError):
+    """The XML asks for an external entity (a file or URL to be read into the text): refused."""
+
+
+PUBMED_ROOT = "PubmedArticleSet"
 
 
 @cache
@@ -99,10 +119,45 @@ def _math_text(node: _MathNode) -> str:
 class _OfflineHandler(DataHandler):
     """Biopython's handler, minus network access for DTDs, with markup in text turned into text."""
 
-    def __init__(self, validate: bool, escape: bool, ignore_errors: bool) -> None:
+    def __init__(self, validate: bool, escape: bool, ignore_errors: bool, root: str | None = None) -> None:
         super().__init__(validate, escape, ignore_errors)
         self.characterDataHandler = self._text  # read by Biopython when a text field starts
         self._math: list[_MathNode] = []  # open MathML elements, outermost first
+        self.root = root  # a file (not a reply): the root element it must have; any DTD is then replaced
+        self.doctype: str | None = None
+        self.parser.StartDoctypeDeclHandler = self._doctype
+        if root is not None:
+            self.xmlDeclHandler(None, None, None)  # a file may lack the XML declaration Biopython waits for
+
+    def _doctype(self, name: str, system_id: str | None, public_id: str | None, internal: int) -> None:
+        self.doctype = _local_name(name)
+        if self.root is not None and self.doctype != self.root:
+            raise NotPubMedXMLError(f"the document is a <{self.doctype}>, not a <{self.root}>")
+
+    def externalEntityRefHandler(self, context: str | None, base: str | None, systemId: str,
+                                 publicId: str | None) -> int:
+        """Biopython's, minus every file and URL: a DTD is found by its name among the bundled ones."""
+        if context is not None:  # a general entity in the text, not a DTD (parameter entity): XXE
+            raise UnsafeXMLError(f"the XML refers to an external entity ({systemId!r}); refusing to read it")
+        name = PurePosixPath(urlparse(systemId).path or systemId).name
+        handle = self.open_dtd_file(name)
+        try:
+            parser = self.parser.ExternalEntityParserCreate(context)
+            parser.ElementDeclHandler = self.elementDecl
+            parser.ParseFile(handle)
+        finally:
+            handle.close()
+        self.parser.StartElementHandler = self.startElementHandler
+        return 1
+
+    def handleMissingDocumentDefinition(self, tag: str, attrs: dict) -> None:
+        """No DTD: a PubmedArticleSet is read with the newest bundled PubMed DTD; anything else is refused."""
+        name = _local_name(tag)
+        fallback = _newest_bundled_pubmed_dtd()
+        if name != PUBMED_ROOT or fallback is None or (self.root is not None and name != self.root):
+            raise NotPubMedXMLError(f"the document is a <{name}> without a DTD, not a <{self.root or PUBMED_ROOT}>")
+        self.externalEntityRefHandler(None, None, fallback, None)
+        self.startElementHandler(tag, attrs)
 
     def startNamespaceDeclHandler(self, prefix: str | None, uri: str) -> None:
         # Biopython raises on a namespace it does not know (e.g. MathML as a default xmlns, not
@@ -142,7 +197,8 @@ class _OfflineHandler(DataHandler):
 
     def open_dtd_file(self, filename: str):
         handle = super().open_dtd_file(filename)
-        if handle is None and _PUBMED_DTD.fullmatch(filename):
+        replace = _PUBMED_DTD.fullmatch(filename) or (self.root == PUBMED_ROOT and self.doctype == PUBMED_ROOT)
+        if handle is None and replace:
             fallback = _newest_bundled_pubmed_dtd()
             if fallback is not None:
                 logger.debug("DTD %s is not bundled with Biopython; using %s", filename, fallback)
@@ -155,10 +211,10 @@ class _OfflineHandler(DataHandler):
         return handle
 
 
-def _handler() -> _OfflineHandler:
+def _handler(root: str | None = None) -> _OfflineHandler:
     # validate=False: skip elements newer than the DTD instead of failing on them.
     # ignore_errors=True: keep <ERROR> as data so the caller decides whether to retry.
-    return _OfflineHandler(validate=False, escape=False, ignore_errors=True)
+    return _OfflineHandler(validate=False, escape=False, ignore_errors=True, root=root)
 
 
 def _read(data: bytes, what: str) -> Any:
@@ -298,8 +354,9 @@ def iter_pubmed_records(stream: IO[bytes], block_size: int = 1 << 16) -> Iterato
     goes: memory stays at one block plus one record. Containers are attached to their parent
     when they start, so the last record of a list may still be in progress until the end.
     """
-    handler = _handler()
+    handler = _handler(root=PUBMED_ROOT)
     keys = ("PubmedArticle", "PubmedBookArticle")
+    records = 0
     while True:
         block = stream.read(block_size)
         final = not block
@@ -313,11 +370,15 @@ def iter_pubmed_records(stream: IO[bytes], block_size: int = 1 << 16) -> Iterato
                 items = root.get(key) or []
                 done = len(items) if final else max(len(items) - 1, 0)
                 if done > 0:
+                    records += done
                     yield from items[:done]
                     del items[:done]
         if final:
             break
-    if getattr(handler, "record", None) is None:
-        raise XMLParseError("no PubmedArticleSet found (missing XML declaration or empty input)")
+    root = getattr(handler, "record", None)
+    if root is None:
+        raise XMLParseError("no PubmedArticleSet found (empty input?)")
     if handler.element is not None:
         raise XMLParseError("PubMed XML ends before its last element is closed (truncated file?)")
+    if not records and not (isinstance(root, dict) and root.get("DeleteCitation")):  # deletions alone: an update
+        raise NotPubMedXMLError(f"the {PUBMED_ROOT} holds no PubmedArticle records")

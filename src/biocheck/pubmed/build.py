@@ -96,6 +96,7 @@ def _articles(cfg: EvidenceConfig, files: list[Path], store) -> Iterator[Article
 def build_evidence(cfg: EvidenceConfig | None = None) -> dict:
     """Build the index, make sure the store exists; return (and write) their statistics."""
     from biocheck.pubmed.article_xml import XMLParseError
+    from biocheck.pubmed.baseline import check_baseline
     from biocheck.pubmed.local import LocalIndex
     from biocheck.pubmed.store import EvidenceStore
 
@@ -103,6 +104,11 @@ def build_evidence(cfg: EvidenceConfig | None = None) -> dict:
     files = baseline_files(cfg.baseline)
     if cfg.corpus is None and not files:
         raise InputError("evidence: nothing to index; set evidence.corpus and/or evidence.baseline.")
+    for path in files:  # a wrong file is refused before the store or the index is touched
+        try:
+            check_baseline(path)
+        except XMLParseError as e:
+            raise InputError(str(e)) from None
     with EvidenceStore(cfg.store) as store:
         try:
             index = LocalIndex.build(_articles(cfg, files, store), path=cfg.index_dir, progress=cfg.progress,

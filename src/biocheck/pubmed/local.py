@@ -12,12 +12,13 @@ Why tantivy, the query language and the BM25 variant: docs/search.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -27,16 +28,17 @@ from typing import Any, Literal
 import tantivy
 from tqdm import tqdm
 
-from biocheck.io import InputError
+from biocheck.io import InputError, write_json_atomic
 from biocheck.pubmed import local_schema as S
 from biocheck.pubmed.corpus import articles_from_corpus
 from biocheck.pubmed.local_analysis import register
 from biocheck.pubmed.local_compile import Compiled, QueryCompiler
 from biocheck.pubmed.local_files import DamagedFile, check_files, looks_like_index, staging_dir
 from biocheck.pubmed.query import MAX_QUERY_CHARS, parse, to_string
-from biocheck.pubmed.types import MAX_RESULTS, Article, SearchError, SearchResult
+from biocheck.pubmed.types import MAX_RESULTS, Article, BackendError, SearchError, SearchResult
 
-__all__ = ["IndexMissing", "IndexUnavailable", "LocalIndex", "NotAnIndex", "articles_from_corpus"]
+__all__ = ["IndexMissing", "IndexUnavailable", "LocalIndex", "NotAnIndex", "articles_from_corpus",
+           "index_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +102,13 @@ class LocalIndex:
         A pmid seen twice keeps its last version.
         """
         started = time.perf_counter()
+        digest = hashlib.sha256()
+        articles = _digesting(articles, digest)
         if path is None:
             index = tantivy.Index(S.build_schema())
             register(index)
             count = _write(index, articles, upsert=False, progress=progress, threads=threads, heap_mb=heap_mb)
-            return cls(index, None, _build_meta(count, started))
+            return cls(index, None, _build_meta(count, started, digest))
         path = Path(path)
         _check_replaceable(path)
         # The staging folder is removed on failure; one left by a killed build is removed here.
@@ -113,8 +117,8 @@ class LocalIndex:
             register(index)
             count = _write(index, articles, upsert=False, progress=progress, threads=threads, heap_mb=heap_mb)
             del index  # release the files before the directory moves
-            meta = _build_meta(count, started)
-            (staging / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            meta = _build_meta(count, started, digest)
+            write_json_atomic(staging / META_FILE, meta)
             if path.exists():
                 shutil.rmtree(path)
             staging.rename(path)
@@ -125,10 +129,11 @@ class LocalIndex:
     def open(cls, path: Path, verify: bool = True) -> LocalIndex:
         """Open an index written by ``build``.
 
-        Raises IndexMissing or IndexUnavailable (a damaged file, another format or tantivy
-        version), whose message names the path and how to rebuild. ``verify`` checks every
-        segment file's checksum first (one read of the index), so damage is found here and not
-        as a crash in the middle of a search.
+        Raises IndexMissing or IndexUnavailable (a missing or damaged file, another format or
+        tantivy version), whose message names the path, the file and how to rebuild. Every file
+        ``meta.json`` implies must be there; ``verify`` also checks every segment file's checksum
+        (one read of the index), so damage is found here and not as a crash in the middle of a
+        search.
         """
         path = Path(path)
         meta_file = path / META_FILE
@@ -146,8 +151,7 @@ class LocalIndex:
             )
         started = time.perf_counter()
         try:
-            if verify:
-                check_files(path)
+            check_files(path, checksums=verify)  # a missing file always; the checksums when asked
             index = tantivy.Index.open(str(path))
         except (DamagedFile, OSError) as exc:
             raise IndexUnavailable(f"Local index at {path} is damaged ({_brief(exc)}); {REBUILD}") from None
@@ -170,11 +174,16 @@ class LocalIndex:
 
     def add(self, articles: Iterable[Article], progress: bool = False) -> int:
         """Add or replace (same pmid) articles; searches see them on return. Returns the count."""
-        count = _write(self._index, articles, upsert=True, progress=progress, threads=1, heap_mb=64)
+        old = self._meta.get("content_digest")
+        digest = hashlib.sha256(f"{old}".encode())  # what was there, then what was added (upserts included)
+        count = _write(self._index, _digesting(articles, digest), upsert=True, progress=progress, threads=1,
+                       heap_mb=64)
+        if old:  # an index built without a digest keeps none: index_fingerprint then hashes its files
+            self._meta["content_digest"] = digest.hexdigest()
         self._meta["added_docs"] = self._meta.get("added_docs", 0) + count
         self._meta["updated_at"] = _now()
         if self._path is not None:
-            (self._path / META_FILE).write_text(json.dumps(self._stored_meta(), indent=2) + "\n")
+            write_json_atomic(self._path / META_FILE, self._stored_meta())
         self._refresh()
         return count
 
@@ -215,7 +224,7 @@ class LocalIndex:
                 raise
             log.debug("Local search failed for %r", query, exc_info=True)
             where = f"; the index at {self._path} may be damaged: {REBUILD}" if self._path else ""
-            raise SearchError(f"Local search failed ({_brief(exc)}){where}") from None
+            raise BackendError(f"Local search failed ({_brief(exc)}){where}") from None
         return SearchResult(
             query=query,
             backend="local",
@@ -309,7 +318,7 @@ def _brief(exc: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _build_meta(count: int, started: float) -> dict[str, Any]:
+def _build_meta(count: int, started: float, digest: Any) -> dict[str, Any]:
     return {
         "format": FORMAT_VERSION,
         "backend": "tantivy",
@@ -317,7 +326,39 @@ def _build_meta(count: int, started: float) -> dict[str, Any]:
         "built_at": _now(),
         "build_seconds": round(time.perf_counter() - started, 3),
         "built_docs": count,
+        "content_digest": digest.hexdigest(),  # every article indexed, in order (index_fingerprint)
     }
+
+
+def _digesting(articles: Iterable[Article], digest: Any) -> Iterator[Article]:
+    """`articles` as they are, each one's JSON fed to `digest` on the way."""
+    for article in articles:
+        digest.update(article.model_dump_json().encode() + b"\n")
+        yield article
+
+
+def index_fingerprint(path: Path | str) -> str | None:
+    """A short hash of what the index at `path` holds (a batch's resume key): the content digest recorded when
+    it was built or added to, with its format and tantivy version, so an identical rebuild keeps it and any
+    other change (a new paper, another corpus) does not; an index built without one hashes its metadata
+    files instead. None when there is no readable index metadata at `path`."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    h = hashlib.sha256()
+    if meta.get("content_digest"):
+        h.update(f"{meta.get('format')}|{meta.get('tantivy_version')}|{meta['content_digest']}".encode())
+    else:
+        for name in (META_FILE, "meta.json"):  # ours and tantivy's: a new segment or build changes them
+            try:
+                h.update((path / name).read_bytes())
+            except OSError:
+                pass
+    return h.hexdigest()[:16]
 
 
 def _write(

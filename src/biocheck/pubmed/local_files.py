@@ -1,9 +1,11 @@
 """The local index's directory on disk: an integrity check, and the staging folders of builds.
 
 Integrity: tantivy ends every segment file with a footer that holds a CRC32 of the file's body,
-but does not verify it when opening. A damaged file then surfaces mid-search as a wrong answer,
-an error, or a Rust panic. `check_files` reads each segment file once and compares (about a
-second per GB, once per process), so damage is reported when the index is opened.
+but does not verify it when opening, and opens some components (positions) only when a search
+needs them. A damaged or missing file then surfaces mid-search as a wrong answer, an error, or a
+Rust panic. `check_files` first makes sure every file `meta.json` implies is there (a stat per
+file), then reads each segment file once and compares (about a second per GB, once per process),
+so damage is reported when the index is opened.
 
 Staging: a build writes into `.<name>.building-<pid>` beside the index and holds an flock on
 `.<name>.building-<pid>.lock` while it runs. A killed build leaves both behind; the next build
@@ -36,11 +38,36 @@ class DamagedFile(ValueError):
     """A file of the index fails its check; the message names the file and what is wrong."""
 
 
-def check_files(path: Path) -> None:
-    """Raise DamagedFile for the first segment file whose footer or checksum is wrong."""
-    for file in sorted(path.iterdir()):
-        if SEGMENT_FILE.match(file.name) and file.is_file():
-            _check_file(file)
+SEGMENT_COMPONENTS = ("idx", "pos", "term", "store", "fast", "fieldnorm")  # what tantivy writes per segment
+
+
+def check_files(path: Path, checksums: bool = True) -> None:
+    """Raise DamagedFile for the first file the index needs that is missing or, with `checksums`, whose
+    footer or checksum is wrong."""
+    for name in expected_files(path):
+        if not (path / name).is_file():
+            raise DamagedFile(f"{name} is missing")
+    if checksums:
+        for file in sorted(path.iterdir()):
+            if SEGMENT_FILE.match(file.name) and file.is_file():
+                _check_file(file)
+
+
+def expected_files(path: Path) -> list[str]:
+    """meta.json and the files of every segment it lists (+ the deletions file of a segment with deletes)."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        names = ["meta.json"]
+        for segment in meta["segments"]:
+            sid = segment["segment_id"].replace("-", "")
+            names += [f"{sid}.{component}" for component in SEGMENT_COMPONENTS]
+            if segment.get("deletes"):
+                names.append(f"{sid}.{segment['deletes']['opstamp']}.del")
+    except FileNotFoundError:
+        raise DamagedFile("meta.json is missing") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise DamagedFile("meta.json is unreadable (cut short or overwritten)") from None
+    return names
 
 
 def _check_file(file: Path) -> None:

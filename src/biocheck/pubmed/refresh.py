@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, computed_field
 
+from biocheck.bounds import Count
 from biocheck.io import InputError, write_json_atomic
 from biocheck.pubmed.search import SearchConfig
 from biocheck.pubmed.types import MAX_RESULTS, SearchError
@@ -53,8 +54,8 @@ class RefreshConfig:
     search: SearchConfig = field(default_factory=lambda: SearchConfig(backend=BACKEND))
     report_path: Path = Path("reports/evidence_refresh.json")  # per query: what changed
     metrics_path: Path | None = Path("metrics/evidence_refresh.json")  # the counts
-    limit: int | None = None  # refresh only the first N recorded queries (a smoke run)
-    give_up_after: int = 3  # this many failures before any success: NCBI is unreachable, stop
+    limit: Count | None = None  # refresh only the first N recorded queries (a smoke run)
+    give_up_after: Count = 3  # this many failures before any success: NCBI is unreachable, stop
     progress: bool = True
 
     def __post_init__(self) -> None:

@@ -9,8 +9,10 @@
   replay  the evidence store only, never the network: a recorded query returns the recorded answer,
           anything else is answered by the local engine over the stored PubMed abstracts
 
-A malformed query or a failing backend never raises out of the tool: it becomes a short error
-text the model can read and act on, so a rollout goes on.
+A malformed query (or a search the backend refuses) never raises out of the tool: it becomes a
+short error text the model can read and act on, so a rollout goes on. A backend that cannot answer
+at all (`BackendError`: a damaged index, E-utilities down after every retry) is raised: an episode
+whose searches all failed is a failure, not a report of "no evidence".
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from biocheck.pubmed.types import MAX_RESULTS, Article, SearchError, SearchResult
+from biocheck.pubmed.types import MAX_RESULTS, Article, BackendError, SearchError, SearchResult
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,8 @@ class SearchTool:
         n = max(1, min(n, self.max_results))
         try:
             result = self.backend.search(query, n)
+        except BackendError:
+            raise
         except SearchError as e:
             return ToolOutput(query=query, results=[], error=str(e))
         except Exception as e:

@@ -1,7 +1,10 @@
 """HTTP to E-utilities: rate limiting, retries with backoff, and secret redaction.
 
 Every attempt (first try or retry) takes a slot from the shared rate limiter, because NCBI
-counts every request. Retryable: HTTP 429/5xx, timeouts, connection errors and responses
+counts every request (each redirect hop too). The slot counts as "on its way" from its grant
+until the request body is on the wire (httpcore's `trace` hook reports it; without the hook, e.g.
+a mock transport, until the answer is in): a caller descheduled between grant and send cannot
+make requests bunch up at the server. Retryable: HTTP 429/5xx, timeouts, connection errors and responses
 whose XML does not parse (`XMLParseError`, e.g. cut short); the wait doubles per attempt
 with jitter and is at least the server's `Retry-After`. Anything else fails at once.
 
@@ -28,7 +31,7 @@ from urllib.parse import urljoin
 import httpx
 
 from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError
-from biocheck.pubmed.ratelimit import RateLimiter
+from biocheck.pubmed.ratelimit import RateLimiter, Slot
 from biocheck.pubmed.types import SearchError
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,16 @@ def redact(text: str, secret: str | None) -> str:
     if secret:
         text = text.replace(secret, "***")
     return _KEY_PARAM.sub(r"\1***", text)
+
+
+def _on_sent(slot: Slot) -> Callable[[str, dict[str, object]], None]:
+    """An httpcore `trace` hook that stamps the slot once the request body has been written."""
+
+    def hook(event: str, info: dict[str, object]) -> None:
+        if event.endswith(".send_request_body.complete"):  # "http11." or "http2."
+            slot.sent()
+
+    return hook
 
 
 def utc_now() -> datetime:
@@ -139,7 +152,6 @@ class EutilsTransport:
         attempts = self.policy.max_attempts
         last = "no attempt made"
         for attempt in range(1, attempts + 1):
-            self.limiter.acquire()
             try:
                 return self._attempt(url, what, fields, parse)
             except _Retry as retry:
@@ -166,9 +178,26 @@ class EutilsTransport:
             "set NCBI_API_KEY for a higher rate limit, or use the replay backend offline"
         )
 
+    def _post(self, url: str, what: str, fields: dict[str, str]) -> httpx.Response:
+        """POST under the rate limit. Redirects (if the client follows them) are followed here, not by
+        httpx: each hop is a request the server counts, so each takes a slot of its own."""
+        request = self._http.build_request("POST", url, data=fields)
+        for _ in range(self._http.max_redirects + 1):
+            with self.limiter.reserve() as slot:  # on its way until written (trace hook) or answered
+                request.extensions["trace"] = _on_sent(slot)
+                response = self._http.send(request, follow_redirects=False)
+            if not (self._http.follow_redirects and response.next_request is not None):
+                return response
+            response.close()
+            request = response.next_request
+        raise SearchError(
+            f"PubMed {what}: more than {self._http.max_redirects} redirects from {self.redact(url)}; "
+            "check BIOCHECK_EUTILS_URL (it must name the E-utilities base URL)"
+        )
+
     def _attempt(self, url: str, what: str, fields: dict[str, str], parse: Callable[[bytes], T]) -> T:
         try:
-            response = self._http.post(url, data=fields)
+            response = self._post(url, what, fields)
         except httpx.TimeoutException:
             raise _Retry(f"no response within {self.timeout:g} s") from None
         except httpx.TransportError as exc:

@@ -26,7 +26,14 @@ class Article(BaseModel):
 class SearchError(Exception):
     """A search that could not be answered (malformed query, backend down, ...).
 
-    The agent's tool turns it into a short text for the model to read; it never ends an episode.
+    The agent's tool turns it into a short text for the model to read (except a BackendError).
+    """
+
+
+class BackendError(SearchError):
+    """The backend itself could not answer (a damaged index, E-utilities down after every retry): not the
+    query's fault, and not "no evidence". The search tool lets it through, so the episode fails (exit 1 in
+    `biocheck check`, a failed claim in a batch or an evaluation) instead of ending in NOT ENOUGH INFORMATION.
     """
 
 

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from biocheck.bounds import Count, NonNegative, Positive
+from biocheck.io import write_json_atomic
+from biocheck.params import check_nested
+from biocheck.train.sft import SFTConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -27,17 +32,17 @@ class TrainConfig:
     out_dir: Path = Path("models/checkpoints")
     search_backend: str = "local"  # the paper profile trains on `replay` over the warm evidence store
     num_generations: int = 8
-    per_device_train_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 1e-6
+    per_device_train_batch_size: Count = 8
+    gradient_accumulation_steps: Count = 1
+    learning_rate: Positive = 1e-6
     beta: float = 0.0  # KL coefficient
     epsilon: float = 0.2
     loss_type: str = "dapo"
-    max_steps: int = 70
-    save_steps: int = 10
-    eval_steps: int = 10
-    logging_steps: int = 1
-    max_completion_length: int = 4096
+    max_steps: Count = 70
+    save_steps: Count = 10
+    eval_steps: Count = 10
+    logging_steps: Count = 1
+    max_completion_length: Count = 4096
     temperature: float = 1.0
     seed: int = 0
     gradient_checkpointing: bool = False
@@ -46,22 +51,25 @@ class TrainConfig:
     vllm_mode: str = "colocate"
     # vllm_mode "server": the `trl vllm-serve` server on its own GPU (docs/orchestration.md, multi-GPU training)
     vllm_server_base_url: str | None = None
-    num_generations_eval: int | None = None
+    num_generations_eval: Count | None = None
     # episodes generated together in a validation pass (null: per_device_train_batch_size); a multiple of
     # num_generations_eval. One batch for the whole validation set is the fastest on a CPU.
-    per_device_eval_batch_size: int | None = None
+    per_device_eval_batch_size: Count | None = None
     eval_on_start: bool = True  # the start's validation reward (the learning check compares against it)
     lora: dict[str, Any] | None = None  # e.g. {r: 16, lora_alpha: 32, target_modules: all-linear}
     # SFTConfig fields; {enabled: false} in the paper profile. Its out_dir defaults to `sft` beside out_dir
     # (models/sft): one warm start that every reward variant's run begins from (`biocheck sft`).
     sft: dict[str, Any] = field(default_factory=dict)
-    sample_episodes: int = 4  # rollouts logged to MLflow per logging step
+    sample_episodes: NonNegative = 4  # rollouts logged to MLflow per logging step
     metrics_path: Path | None = Path("metrics/train.json")  # null: write no metrics file (benchmarks)
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
         self.sft = dict(self.sft or {})
         self.sft.setdefault("out_dir", str(self.out_dir.parent / "sft"))
+        check_nested(SFTConfig, self.sft, "sft")  # sft.epochs: -1 must fail here, not replace models/sft
+        if self.num_generations < 2:  # GRPO's advantage compares completions within a group
+            raise ValueError(f"num_generations must be >= 2 (a group to compare), not {self.num_generations!r}")
         if self.save_steps < 1 or self.eval_steps < 1:
             raise ValueError(f"train.save_steps={self.save_steps}, train.eval_steps={self.eval_steps}: "
                              "both must be >= 1")
@@ -174,6 +182,16 @@ def previous_dir(out_dir: Path) -> Path:
     return out_dir.parent / ".previous" / out_dir.name
 
 
+def _recorded_key(marker: Path) -> str | None:
+    """The run key a checkpoint folder records; None when there is none or it is unreadable (a damaged marker
+    is treated like a foreign run: its checkpoints are moved aside, never resumed, never deleted)."""
+    try:
+        key = json.loads(marker.read_text(encoding="utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) else None
+
+
 def prepare_out_dir(out_dir: Path, run_key: str) -> Path | None:
     """Return the checkpoint to resume from, or None. Checkpoints of a different run (other params or
     inputs) are never resumed (that would mix two experiments) and never deleted: they are moved to
@@ -182,7 +200,7 @@ def prepare_out_dir(out_dir: Path, run_key: str) -> Path | None:
 
     marker = out_dir / "run_key.json"
     if out_dir.exists():
-        old = json.loads(marker.read_text()).get("key") if marker.is_file() else None
+        old = _recorded_key(marker)
         if old != run_key:
             if any(p.name != "run_key.json" for p in out_dir.iterdir()):
                 keep = previous_dir(out_dir) / (old or "unknown")
@@ -195,7 +213,7 @@ def prepare_out_dir(out_dir: Path, run_key: str) -> Path | None:
             else:
                 shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"key": run_key}) + "\n")
+    write_json_atomic(marker, {"key": run_key}, indent=None)
     return latest_checkpoint(out_dir)
 
 

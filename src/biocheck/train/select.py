@@ -6,6 +6,12 @@ copied to `models/selected`, the whole table goes to `metrics/selection.json` (+
 plots), and the model is registered in the MLflow model registry (run `select <variant>` in the train
 experiment): a new version tagged with its validation reward, step, variant, model fingerprint and a
 link to that run, under the alias `champion` (the outcome-only comparison: `challenger`).
+
+Every finished checkpoint is checked before anything is selected or copied: its `trainer_state.json` must be
+a trainer state (a log history of steps) and its model files loadable (`biocheck.llm.load.check_model_dir`).
+A damaged one, the best or any other, is an error naming the file: the choice would otherwise be made from
+a history that cannot be read, or among weights that cannot be used. Deleting that checkpoint folder
+selects among the others (docs/training.md, "Selection").
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from biocheck.io import InputError, atomic_dir, atomic_path, write_json_atomic
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from biocheck.io import InputError, atomic_path, write_json_atomic
+from biocheck.outputs import output_dir
 from biocheck.train.grpo import TRAINER_STATE, complete_checkpoints
 
 log = logging.getLogger(__name__)
@@ -47,12 +56,77 @@ def _step(p: Path) -> int:
     return int(p.name.rsplit("-", 1)[-1])
 
 
+class _Logged(BaseModel):
+    """One entry of TRL's log history: the numbers selection reads must be numbers; the rest is kept as is."""
+
+    model_config = ConfigDict(extra="allow")
+    step: int
+    eval_reward: float | None = None
+    reward: float | None = None
+
+
+class _TrainerState(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    log_history: list[_Logged]
+
+
+def log_history(ckpt: Path, fix: str) -> list[dict[str, Any]]:
+    """The log history in a checkpoint's trainer_state.json; InputError naming the file when it is not one."""
+    file = ckpt / TRAINER_STATE
+    try:
+        state = _TrainerState.model_validate(json.loads(file.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # ValidationError is a ValueError
+        why = _first_error(e) if isinstance(e, ValidationError) else f"not valid JSON: {e}"
+        raise InputError(f"{file}: not a trainer state ({why}); {fix}.") from None
+    return [h.model_dump(exclude_unset=True) for h in state.log_history]
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(part) for part in err["loc"]) or "the file"
+    return f"{where}: {err['msg']}"
+
+
+def check_checkpoint(ckpt: Path, fix: str) -> list[dict[str, Any]]:
+    """The checkpoint's log history, after checking its state and model files (InputError naming the file)."""
+    from biocheck.llm.load import check_model_dir
+
+    history = log_history(ckpt, fix)
+    check_model_dir(ckpt, fix=fix)
+    return history
+
+
+RESUMED_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth")  # what the Trainer restores besides the weights
+
+
+def check_resume(ckpt: Path) -> None:
+    """InputError naming the file unless training can resume from `ckpt`: its state as the Trainer reads it,
+    its model files, and the optimizer, scheduler and RNG states (torch zips: one cut short has no directory)."""
+    from transformers import TrainerState
+
+    from biocheck.llm.load import check_weights_file
+
+    fix = (f"delete {ckpt} to resume from the checkpoint before it, or move {ckpt.parent} aside to train "
+           "afresh")
+    check_checkpoint(ckpt, fix)
+    try:
+        TrainerState.load_from_json(str(ckpt / TRAINER_STATE))
+    except (TypeError, ValueError) as e:  # a key the Trainer does not know, a field of the wrong type
+        raise InputError(f"{ckpt / TRAINER_STATE}: not a trainer state ({e}); {fix}.") from None
+    for name in RESUMED_FILES:
+        if (ckpt / name).is_file():
+            check_weights_file(ckpt / name, fix)
+
+
 def checkpoint_table(ckpt_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(one row per saved checkpoint with its validation reward, the full log history)."""
     ckpts = complete_checkpoints(ckpt_dir)  # a folder cut off mid-save has no state and maybe half its weights
     if not ckpts:
         raise InputError(f"{ckpt_dir}: no finished checkpoints. Run `biocheck train` (or `dvc repro train`) first.")
-    history = json.loads((ckpts[-1] / TRAINER_STATE).read_text())["log_history"]
+    # Every candidate, before anything is chosen: a damaged checkpoint is never selected, nor silently passed over.
+    histories = [check_checkpoint(p, f"nothing was selected; delete {p} to select among the other checkpoints, "
+                                     "or train again (`biocheck train`)") for p in ckpts]
+    history = histories[-1]
     evals = {h["step"]: h for h in history if "eval_reward" in h}
     rows = []
     for p in ckpts:
@@ -75,15 +149,17 @@ def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def select(cfg: SelectConfig | None = None, variant: str = "eg_grpo") -> dict[str, Any]:
     """Select, copy and write the metrics; register the selection (`variant`: the reward variant trained)."""
+    from biocheck.llm.load import weight_files
+
     cfg = cfg or SelectConfig()
     rows, history = checkpoint_table(cfg.checkpoints)
     best = choose(rows)
     src = Path(best["checkpoint"])
-    with atomic_dir(cfg.out_dir) as tmp:
-        for name in MODEL_FILES:
-            if (src / name).exists():
-                shutil.copy2(src / name, tmp / name)
-        (tmp / "selection.json").write_text(json.dumps(best, indent=2) + "\n")
+    with output_dir(cfg.out_dir, "biocheck select", "select.out_dir", ("selection.json",)) as tmp:
+        for file in [*(src / name for name in MODEL_FILES), *weight_files(src)]:  # + a sharded model's shards
+            if file.exists():
+                shutil.copy2(file, tmp / file.name)
+        write_json_atomic(tmp / "selection.json", best)
     start = next((h["eval_reward"] for h in history if "eval_reward" in h and h["step"] == 0), None)
     result = {"selected_step": best["step"], "selected_eval_reward": best["eval_reward"],
               "start_eval_reward": start, "table": rows}

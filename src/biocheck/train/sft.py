@@ -15,16 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from biocheck.bounds import Count, Positive
+
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class SFTConfig:
     enabled: bool = True
-    epochs: int = 3
-    learning_rate: float = 1e-3
-    max_length: int = 4096  # tokens; longer demonstrations are skipped
-    max_examples: int | None = None
+    epochs: Count = 3
+    learning_rate: Positive = 1e-3
+    max_length: Count = 4096  # tokens; longer demonstrations are skipped
+    max_examples: Count | None = None
     out_dir: Path = Path("models/sft")
 
     def __post_init__(self) -> None:

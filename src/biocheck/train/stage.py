@@ -33,6 +33,8 @@ class TrainSetup:
 
 SFT_KEY = "sft_key.json"  # the inputs the warm start in a folder was trained from
 SFT_STATS = "sft_stats.json"
+# Who may replace train.sft.out_dir (biocheck.outputs), how the user names it, an unmarked older output.
+SFT_OUTPUT = ("biocheck sft", "train.sft.out_dir", (SFT_STATS,))
 
 
 # The `agent:` settings training reads: the budget in the prompts and the environment, the refusal rounds
@@ -99,7 +101,7 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from biocheck.data.prepare import load_corpus
-    from biocheck.io import atomic_dir
+    from biocheck.outputs import output_dir
     from biocheck.train.demos import demonstration
     from biocheck.train.env import make_env
     from biocheck.train.sft import SFTConfig, train_sft
@@ -125,11 +127,11 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
         convs = [prompts.messages(r.claim) + demonstration(r, env, corpus, c.agent.max_searches) for r in train_recs]
         stats = train_sft(model, tok, convs, sft_cfg, tools=[prompts.tool_schema()], seed=c.train.seed,
                           progress=progress)
-        with atomic_dir(out) as tmp:  # a kill mid-save leaves the old folder (or none), never half of one
+        with output_dir(out, *SFT_OUTPUT) as tmp:  # a kill mid-save leaves the old folder (or none), never half of one
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
-            (tmp / SFT_STATS).write_text(json.dumps(stats, indent=2) + "\n")
-            (tmp / SFT_KEY).write_text(json.dumps({"key": key}) + "\n")
+            write_json_atomic(tmp / SFT_STATS, stats)
+            write_json_atomic(tmp / SFT_KEY, {"key": key}, indent=None)
         log.info("SFT warm start: %s -> %s", stats, out)
     state.wait_for_everyone()
     stats_file = out / SFT_STATS
@@ -140,20 +142,21 @@ def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     """`biocheck sft`: the warm start every reward variant's GRPO begins from (train.sft.out_dir). With
     train.sft.enabled false the folder only records that (DVC needs the stage's output)."""
     from biocheck.data.prepare import load_split
-    from biocheck.io import atomic_dir
-    from biocheck.llm.load import model_fingerprint
+    from biocheck.llm.load import check_model_dir, model_fingerprint
+    from biocheck.outputs import output_dir
     from biocheck.train.sft import SFTConfig
     from biocheck.wiring import make_prompts, make_search_tool
 
     _quiet_transformers(progress)
     sft_cfg = SFTConfig(**c.train.sft)
     if not sft_cfg.enabled:
-        with atomic_dir(sft_cfg.out_dir) as tmp:
-            (tmp / SFT_STATS).write_text(json.dumps({"enabled": False}) + "\n")
+        with output_dir(sft_cfg.out_dir, *SFT_OUTPUT) as tmp:
+            write_json_atomic(tmp / SFT_STATS, {"enabled": False}, indent=None)
         return {"enabled": False, "out_dir": str(sft_cfg.out_dir)}
     train_recs = load_split("scifact", "train", c.prepared)
     tool = make_search_tool(c.search)
     prompts = make_prompts(c.agent, tool)
+    check_model_dir(c.model.out_dir)
     out, stats = warm_start(c, prompts, tool, model_fingerprint(c.model.out_dir), train_recs, progress=progress)
     return {"enabled": True, "out_dir": str(out), **stats}
 
@@ -178,7 +181,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from biocheck.data.prepare import load_split
-    from biocheck.llm.load import model_fingerprint
+    from biocheck.llm.load import check_model_dir, model_fingerprint
     from biocheck.params import plain
     from biocheck.train.callbacks import SampleEpisodes
     from biocheck.train.dataset import to_dataset
@@ -193,6 +196,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     val_recs = load_split("scifact", "val", c.prepared)
     tool = make_search_tool(c.search)
     prompts = make_prompts(agent_cfg, tool)
+    check_model_dir(base)  # weights cut short: one line naming the file, before any work
     base_fingerprint = model_fingerprint(base)
     key = run_key(c, prompts, base_fingerprint, [r.id for r in train_recs], [r.id for r in val_recs])
     # Under a multi-process launcher (accelerate, torchrun) the first process alone prepares the checkpoint
@@ -203,9 +207,14 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     state.wait_for_everyone()
     if not main:
         resume = latest_checkpoint(cfg.out_dir)
+    if resume:  # a damaged checkpoint is one line naming its file here, not a traceback from the Trainer
+        from biocheck.train.select import check_resume
+
+        check_resume(resume)
 
     start, sft_stats = warm_start(c, prompts, tool, base_fingerprint, train_recs, progress=progress)
 
+    check_model_dir(start)
     tokenizer = AutoTokenizer.from_pretrained(start)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(start)

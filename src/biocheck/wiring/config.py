@@ -24,7 +24,7 @@ from typing import Any
 from biocheck import tracking
 from biocheck.io import InputError
 from biocheck.llm.spec import split_spec
-from biocheck.params import DEFAULT_PARAMS, load_params, raw_section, section, source
+from biocheck.params import DEFAULT_PARAMS, check_types, load_params, raw_section, section, source
 
 SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "judge",
             "audit", "train", "select", "evaluate", "orchestrate", "tracking")
@@ -33,7 +33,7 @@ SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model
 def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
     """Loaded params (a path is read); unknown top-level sections are an error."""
     p = params if isinstance(params, dict) else load_params(params)
-    unknown = sorted(k for k in p if k not in SECTIONS)
+    unknown = sorted(str(k) for k in p if k not in SECTIONS)
     if unknown:
         raise InputError(f"{source(p)}: unknown section(s) {', '.join(unknown)}; known sections: {', '.join(SECTIONS)}.")
     return p
@@ -144,7 +144,7 @@ def reward_config(params: dict[str, Any], judge: str | None = None, **overrides:
 
     values = raw_section(params, "reward")
     accepted = {f.name for f in fields(RewardConfig)} | set(JUDGE_KEYS)
-    unknown = sorted(set(values) - accepted)
+    unknown = sorted(map(str, set(values) - accepted))
     if unknown:
         raise InputError(f"{source(params)}: unknown key(s) {', '.join(f'reward.{k}' for k in unknown)}; "
                          f"'reward' accepts {sorted(accepted)}.")
@@ -168,10 +168,14 @@ def judge_config(params: dict[str, Any], eqs: bool = False, **overrides: Any):
             raise InputError(f"{source(params)}: judge.eqs must give at least out_dir (the second judge's folder, "
                              "e.g. {out_dir: models/judge_eqs, seed: 1}) to train the EQS judge.")
         known = {f.name for f in dataclasses.fields(JudgeTrainConfig)} - {"eqs", "prepared_dir", "progress"}
-        unknown = sorted(set(changes) - known)
+        unknown = sorted(map(str, set(changes) - known))
         if unknown:
             raise InputError(f"{source(params)}: unknown key(s) {', '.join(f'judge.eqs.{k}' for k in unknown)}; "
                              f"judge.eqs accepts {sorted(known)}.")
+        try:
+            check_types(JudgeTrainConfig, changes, prefix="judge.eqs.")
+        except ValueError as e:
+            raise InputError(f"{source(params)}, section 'judge': {e}") from None
         if Path(changes["out_dir"]) == Path(values.get("out_dir") or "models/judge"):
             raise InputError(f"{source(params)}: judge.eqs.out_dir is the training judge's folder; give the "
                              "EQS judge its own (e.g. models/judge_eqs).")

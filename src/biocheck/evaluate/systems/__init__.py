@@ -17,19 +17,22 @@ from collections.abc import Callable
 from typing import Any
 
 from biocheck.agent.episode import Episode
+from biocheck.agent.run import evidence_fingerprint
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.config import SYSTEMS
 from biocheck.evaluate.systems.base import Prediction, System
+from biocheck.io import json_digest
 
 AGENTS = ("base", "eg_grpo", "outcome_only")  # the BioCheck agent, one model each
 WRITES_REPORT = {name: name in AGENTS for name in SYSTEMS}  # known before any model is loaded
 
 
 class Lazy:
-    """A `System` built on first use (fingerprint or run) and dropped by `close()`; the fingerprint stays."""
+    """A `System` built on first use (fingerprint or run) and dropped by `close()`; the fingerprint stays.
+    `evidence`: the searched index's content fingerprint, part of the fingerprint (new papers, new episodes)."""
 
-    def __init__(self, name: str, writes_report: bool, build: Callable[[], Any]) -> None:
-        self.name, self.writes_report = name, writes_report
+    def __init__(self, name: str, writes_report: bool, build: Callable[[], Any], evidence: str | None = None) -> None:
+        self.name, self.writes_report, self.evidence = name, writes_report, evidence
         self._build = build
         self._system: Any = None
         self._fingerprint: str | None = None
@@ -48,7 +51,8 @@ class Lazy:
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            self._fingerprint = self.system.fingerprint()
+            inner = self.system.fingerprint()
+            self._fingerprint = inner if self.evidence is None else json_digest([inner, self.evidence])
         return self._fingerprint
 
     def run(self, claim: ClaimRecord) -> Episode:
@@ -75,7 +79,8 @@ def make_system(name: str, *, llm: str, agent_cfg: Any, search_cfg: Any, eval_cf
         raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
     agent_cfg = dataclasses.replace(agent_cfg, llm=llm)  # the episode's config records the model it ran
     settings = _settings(name, agent_cfg, eval_cfg)  # a typo fails before any system runs, not an hour in
-    return Lazy(name, WRITES_REPORT[name], lambda: _build(name, agent_cfg, search_cfg, settings))
+    evidence = None if name == "no_retrieval" else evidence_fingerprint(search_cfg)
+    return Lazy(name, WRITES_REPORT[name], lambda: _build(name, agent_cfg, search_cfg, settings), evidence)
 
 
 def _settings(name: str, agent_cfg: Any, eval_cfg: Any) -> Any:
@@ -103,7 +108,8 @@ def _build(name: str, agent_cfg: Any, search_cfg: Any, settings: Any) -> Any:
     from biocheck.wiring import make_prompts, make_search_tool
 
     gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
-                           top_p=agent_cfg.top_p, seed=agent_cfg.seed)
+                           top_p=agent_cfg.top_p, seed=agent_cfg.seed,
+                           request_timeout_s=agent_cfg.request_timeout_s)
     llm = make_llm(agent_cfg.llm, gen)
     if name == "no_retrieval":
         from biocheck.evaluate.systems.no_retrieval import NoRetrieval

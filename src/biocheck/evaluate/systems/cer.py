@@ -17,6 +17,7 @@ from typing import Any
 
 from biocheck.agent.budget import QueryRecord
 from biocheck.agent.episode import Episode
+from biocheck.bounds import Count
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.rankers import make_ranker
@@ -33,8 +34,8 @@ NO_EVIDENCE = "(no sentences were retrieved)"
 
 @dataclass
 class CERConfig:
-    retrieve: int = 20  # abstracts retrieved for the claim
-    sentences: int = 60  # ranked sentences kept for the verdict prompt
+    retrieve: Count = 20  # abstracts retrieved for the claim
+    sentences: Count = 60  # ranked sentences kept for the verdict prompt
     ranker: str = "bm25"  # bm25 | encoder:<hf model id or path>
 
     def __post_init__(self) -> None:

@@ -35,6 +35,7 @@ from biocheck.agent.budget import SearchBudget
 from biocheck.agent.episode import Episode
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import TOOL_NAME
+from biocheck.bounds import Count, NonNegative
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.trace import Trace, fingerprint
@@ -51,10 +52,10 @@ _WORD = re.compile(r"[^\W_]+")
 
 @dataclass
 class FIREConfig:
-    max_steps: int = 5  # searches at most (each step: answer or search), then a forced answer
+    max_steps: Count = 5  # searches at most (each step: answer or search), then a forced answer
     similarity: float = 0.9  # bag-of-words cosine at or above which a query / its evidence counts as a repeat
-    max_retries: int = 10  # re-asks per step after a reply that is neither a search nor an answer
-    abstract_chars: int | None = None  # cut each abstract the model reads (as agent.abstract_chars)
+    max_retries: NonNegative = 10  # re-asks per step after a reply that is neither a search nor an answer
+    abstract_chars: Count | None = None  # cut each abstract the model reads (as agent.abstract_chars)
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_retries"):

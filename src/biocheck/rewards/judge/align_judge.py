@@ -25,6 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from biocheck.io import write_json_atomic
 from biocheck.llm.spec import spec_ref
 from biocheck.rewards.judge.base import (
     DEFAULT_MAX_ABSTRACT_CHARS,
@@ -78,7 +79,7 @@ class AlignHead:
         return (((x.float() - mean) / scale) @ w.T + b).softmax(-1)
 
     def save(self, folder: Path) -> None:
-        (Path(folder) / HEAD_FILE).write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
+        write_json_atomic(Path(folder) / HEAD_FILE, asdict(self), indent=1)
 
     @classmethod
     def load(cls, folder: Path) -> AlignHead:

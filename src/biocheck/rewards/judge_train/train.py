@@ -18,7 +18,6 @@ file. The judge protocol, prompt and cache are those of every other judge.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -26,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from biocheck.io import atomic_dir, write_json_atomic
+from biocheck.bounds import Count, NonNegative
+from biocheck.io import write_json_atomic
 from biocheck.labels import LABELS
+from biocheck.outputs import output_dir
 from biocheck.params import plain
 from biocheck.rewards.judge.align_judge import batch_features, prompt_rows
 from biocheck.rewards.judge.base import DEFAULT_MAX_ABSTRACT_CHARS, KEYS
@@ -46,6 +47,8 @@ from biocheck.rewards.judge_train.pairs import (
 
 log = logging.getLogger(__name__)
 STATS_FILE = "judge_train.json"
+# Who may replace judge_train.out_dir (biocheck.outputs), how the user names it, an unmarked older output.
+OUTPUT = ("biocheck judge train", "judge.out_dir", (STATS_FILE,))
 RECIPES = ("head", "align")
 
 
@@ -60,17 +63,17 @@ class JudgeTrainConfig:
     out_dir: Path = Path("models/judge")
     metrics_path: Path | None = Path("metrics/judge.json")
     level: str = "abstract"  # abstract | sentence: what a training pair shows the judge
-    bm25_per_claim: int = 1  # BM25-retrieved, non-cited documents per claim as NEI pairs
+    bm25_per_claim: NonNegative = 1  # BM25-retrieved, non-cited documents per claim as NEI pairs
     balance: bool = True  # each label as many pairs as the rarest has | false: as SciFact has them (2 S : 1 R)
-    max_pairs_per_label: int | None = None  # a cap per label after balancing; None = no cap
-    train_max_abstract_chars: int = 1500  # shorter training prompts: the forward passes are the cost
-    eval_max_abstract_chars: int = DEFAULT_MAX_ABSTRACT_CHARS  # as the judge reads papers in the reward
-    eval_max_pairs: int | None = None  # a seeded sample of the test pairs; None = all
+    max_pairs_per_label: Count | None = None  # a cap per label after balancing; None = no cap
+    train_max_abstract_chars: Count = 1500  # shorter training prompts: the forward passes are the cost
+    eval_max_abstract_chars: Count = DEFAULT_MAX_ABSTRACT_CHARS  # as the judge reads papers in the reward
+    eval_max_pairs: Count | None = None  # a seeded sample of the test pairs; None = all
     layer: int | None = None  # the layer the head reads (1-based); None = the best by cross-validation
-    folds: int = 4
+    folds: Count = 4
     weight_decay: float = 0.03  # L2 pull towards the original rows (best by cross-validation, SmolLM2)
-    steps: int = 100  # L-BFGS iterations of the head fit
-    batch_size: int = 4  # prompts per forward pass
+    steps: Count = 100  # L-BFGS iterations of the head fit
+    batch_size: Count = 4  # prompts per forward pass
     seed: int = 0
     threshold: float = 0.5  # the reward's: a pair counts when its top s exceeds it (reported, not trained)
     zero_shot: bool = False  # also measure the untrained base as judge on the test pairs (one more pass)
@@ -131,10 +134,10 @@ def choose_layer(x, lse, y, groups: list[str], init, cfg: JudgeTrainConfig) -> t
 
 def _write_checkpoint(judge: Any, w, layer: int, cfg: JudgeTrainConfig, stats: dict) -> None:
     head.install_head(judge.model, w, [judge.answer_ids[k] for k in KEYS], layer)
-    with atomic_dir(cfg.out_dir) as tmp:
+    with output_dir(cfg.out_dir, *OUTPUT) as tmp:
         judge.model.save_pretrained(tmp)
         judge.tokenizer.save_pretrained(tmp)
-        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+        write_json_atomic(tmp / STATS_FILE, stats)
 
 
 def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
@@ -178,7 +181,7 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
                          max_abstract_chars=cfg.eval_max_abstract_chars)
     stats["test"] = evaluate_judge(trained, test, cfg.threshold)
     stats["seconds"] = round(time.perf_counter() - started, 1)
-    (cfg.out_dir / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(cfg.out_dir / STATS_FILE, stats)
     if cfg.metrics_path:
         write_json_atomic(cfg.metrics_path, metrics_of(stats))
     log.info("judge: test accuracy %.3f macro-F1 %.3f (majority %.3f) in %.0fs", stats["test"]["accuracy"],
@@ -213,11 +216,11 @@ def _train_align(judge: Any, train: list[JudgePair], cfg: JudgeTrainConfig, stat
     stats.update({"layer": layer, "layers": n_layers, "l2": l2, "cv_accuracy": cv,
                   "train": _strip(score_metrics([p.label for p in train], train_scores, cfg.threshold))})
     head.cut_layers(judge.model, layer)
-    with atomic_dir(cfg.out_dir) as tmp:
+    with output_dir(cfg.out_dir, *OUTPUT) as tmp:
         judge.model.save_pretrained(tmp)
         judge.tokenizer.save_pretrained(tmp)
         fitted.save(tmp)
-        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+        write_json_atomic(tmp / STATS_FILE, stats)
 
 
 def _zero_shot_only(judge: Any, test: list[JudgePair], stats: dict[str, Any], cfg: JudgeTrainConfig,
@@ -226,8 +229,8 @@ def _zero_shot_only(judge: Any, test: list[JudgePair], stats: dict[str, Any], cf
     stats["test"] = evaluate_judge(judge, test, cfg.threshold)
     stats["zero_shot"] = _strip(stats["test"])
     stats.update({"layer": None, "seconds": round(time.perf_counter() - started, 1)})
-    with atomic_dir(cfg.out_dir) as tmp:  # a stats file only: reward.judge must name the base, not this folder
-        (tmp / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    with output_dir(cfg.out_dir, *OUTPUT) as tmp:  # a stats file only: reward.judge must name the base, not this folder
+        write_json_atomic(tmp / STATS_FILE, stats)
     if cfg.metrics_path:
         write_json_atomic(cfg.metrics_path, metrics_of(stats))
     log.info("judge (zero-shot %s): test accuracy %.3f macro-F1 %.3f (majority %.3f)", cfg.base,

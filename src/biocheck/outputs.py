@@ -1,0 +1,71 @@
+"""Claiming an output location: a command replaces only what it wrote itself.
+
+Every folder a stage writes as a whole (prepared data, a model, a judge, the selected checkpoint, the
+gallery) goes through `output_dir`: the new result is built in a temporary sibling and swapped in
+atomically (`biocheck.io.atomic_dir`), and the folder it replaces must be empty or carry this command's
+mark (`MARK_FILE`, written into every such output). A wrong `--out-dir` (an evidence store, a home
+folder, another stage's output) is refused with one line, never wiped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from biocheck.io import InputError, atomic_dir
+
+MARK_FILE = ".biocheck-output"  # one line: the command whose output this folder is
+
+
+def _mark(folder: Path) -> str | None:
+    try:
+        return (folder / MARK_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def claim_dir(dest: Path | str, owner: str, option: str, legacy: tuple[str, ...] = ()) -> None:
+    """InputError unless `owner` (e.g. "biocheck data prepare") may replace `dest` as a whole.
+
+    Allowed: nothing there, an empty folder, or a folder marked as `owner`'s output. `legacy` names files
+    that together identify an unmarked output written by an earlier BioCheck version. `option` is how the
+    user chose the path ("--out-dir / data.out_dir"), so the message says what to change.
+    """
+    dest = Path(dest)
+    if not dest.exists() and not dest.is_symlink():
+        return
+    if dest.is_symlink() or not dest.is_dir():
+        what = "a link" if dest.is_symlink() else "a file"
+        raise InputError(f"{option} {dest}: is {what}, not a folder {owner} wrote; refusing to replace it. "
+                         "Give another path (a new or empty folder).")
+    mark = _mark(dest)
+    if mark == owner:
+        return
+    try:
+        empty = not any(dest.iterdir())
+    except OSError as e:
+        raise InputError(f"{option} {dest}: cannot read the folder ({e.strerror or e}).") from None
+    if empty or (mark is None and legacy and all((dest / name).is_file() for name in legacy)):
+        return
+    held = f"the output of `{mark}`" if mark else "files that it did not write"
+    raise InputError(f"{option} {dest}: holds {held}; {owner} replaces only its own output, so it refuses. "
+                     "Give another path (a new or empty folder), or move that folder away yourself.")
+
+
+@contextlib.contextmanager
+def output_dir(dest: Path | str, owner: str, option: str, legacy: tuple[str, ...] = ()) -> Iterator[Path]:
+    """`atomic_dir(dest)` after `claim_dir`: yields an empty temporary folder that, marked as `owner`'s,
+    replaces `dest` on success (on error `dest` is left exactly as it was)."""
+    claim_dir(dest, owner, option, legacy)
+    with atomic_dir(dest) as tmp:
+        yield tmp
+        (tmp / MARK_FILE).write_text(owner + "\n", encoding="utf-8")
+
+
+def claim_file(dest: Path | str, option: str) -> None:
+    """InputError when `dest`, an output file, is a folder (replacing it would delete the folder)."""
+    dest = Path(dest)
+    if dest.is_dir():
+        raise InputError(f"{option} {dest}: is a folder; give a file name, e.g. {option.split()[0]} "
+                         f"{dest / 'out.json'}.")

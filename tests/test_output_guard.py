@@ -1,0 +1,221 @@
+"""Nothing lost: a command replaces only an output it wrote itself, and a bad count is refused when params load.
+
+Each test names the case it pins from the second round of bad-input probes: before the fix `data prepare
+--out-dir X` and `model init --out-dir X` deleted whatever was at X with exit 0, `sft.epochs: -1` replaced the
+trained warm start with untrained weights, and `max_steps: -5` became a 192-step run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from biocheck.cli import app
+from biocheck.io import InputError, atomic_path
+from biocheck.outputs import MARK_FILE, claim_dir, claim_file, output_dir
+from biocheck.params import load_params
+from tests.conftest import REPO
+from tests.test_cli_errors import one_error_line
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, raw_dir) -> Path:
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["data"]["raw_dir"] = str(raw_dir)
+    params["data"]["subset"] = {"train": 4}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def a_store_folder(path: Path) -> dict[str, bytes]:
+    """A folder holding what a user would hate to lose (an evidence store); returns its files' bytes."""
+    path.mkdir(parents=True)
+    (path / "evidence.sqlite").write_bytes(b"SQLite format 3\x00" + b"x" * 100)
+    (path / "notes.txt").write_text("three weeks of PubMed answers\n")
+    return {p.name: p.read_bytes() for p in path.iterdir()}
+
+
+def unchanged(path: Path, before: dict[str, bytes]) -> bool:
+    return {p.name: p.read_bytes() for p in path.iterdir()} == before
+
+
+# --- the output guard ------------------------------------------------------------------------------------
+
+def test_prepare_refuses_an_out_dir_it_did_not_write(workdir):
+    before = a_store_folder(workdir / "store")
+    one_error_line(runner.invoke(app, ["data", "prepare", "--out-dir", "store"]), "--out-dir", "store",
+                   "biocheck data prepare", "another path")
+    assert unchanged(workdir / "store", before)
+
+
+def test_prepare_refuses_a_file_as_out_dir(workdir):
+    (workdir / "precious.txt").write_text("keep me\n")
+    one_error_line(runner.invoke(app, ["data", "prepare", "--out-dir", "precious.txt"]), "precious.txt", "is a file")
+    assert (workdir / "precious.txt").read_text() == "keep me\n"
+
+
+def test_prepare_replaces_its_own_output(workdir):
+    assert runner.invoke(app, ["data", "prepare", "--out-dir", "prep"]).exit_code == 0
+    assert (workdir / "prep" / MARK_FILE).read_text().strip() == "biocheck data prepare"
+    (workdir / "prep" / "stale.txt").write_text("from the first run\n")
+    r = runner.invoke(app, ["data", "prepare", "--out-dir", "prep"])
+    assert r.exit_code == 0, r.output
+    assert not (workdir / "prep" / "stale.txt").exists()  # replaced as a whole
+    assert (workdir / "prep" / "corpus.jsonl").is_file()
+
+
+def test_model_init_refuses_an_out_dir_it_did_not_write(workdir):
+    before = a_store_folder(workdir / "data" / "evidence")
+    one_error_line(runner.invoke(app, ["model", "init", "--out-dir", "data/evidence"]), "--out-dir",
+                   "data/evidence", "biocheck model init")
+    assert unchanged(workdir / "data" / "evidence", before)
+    (workdir / "weights.bin").write_bytes(b"\x00" * 64)
+    one_error_line(runner.invoke(app, ["model", "init", "--out-dir", "weights.bin"]), "is a file")
+    assert (workdir / "weights.bin").read_bytes() == b"\x00" * 64
+
+
+def test_a_folder_of_another_command_is_named_in_the_refusal(tmp_path):
+    with output_dir(tmp_path / "prep", "biocheck data prepare", "--out-dir") as tmp:
+        (tmp / "corpus.jsonl").write_text("{}\n")
+    with pytest.raises(InputError, match=r"holds the output of `biocheck data prepare`"):
+        claim_dir(tmp_path / "prep", "biocheck model init", "--out-dir")
+
+
+def test_empty_missing_and_legacy_folders_may_be_claimed(tmp_path):
+    claim_dir(tmp_path / "missing", "biocheck x", "--out-dir")
+    (tmp_path / "empty").mkdir()
+    claim_dir(tmp_path / "empty", "biocheck x", "--out-dir")
+    old = tmp_path / "old"  # an output of an earlier version: no mark, but its own files
+    old.mkdir()
+    (old / "manifest.json").write_text("{}")
+    (old / "corpus.jsonl").write_text("{}\n")
+    claim_dir(old, "biocheck data prepare", "--out-dir", legacy=("manifest.json", "corpus.jsonl"))
+    (tmp_path / "raw").mkdir()  # data/raw also has a manifest.json, but no corpus: not prepare's
+    (tmp_path / "raw" / "manifest.json").write_text("{}")
+    with pytest.raises(InputError, match="did not write"):
+        claim_dir(tmp_path / "raw", "biocheck data prepare", "--out-dir", legacy=("manifest.json", "corpus.jsonl"))
+
+
+def test_a_link_is_never_replaced(tmp_path):
+    target = tmp_path / "elsewhere"
+    a_store_folder(target)
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(InputError, match="is a link"):
+        claim_dir(tmp_path / "link", "biocheck x", "--out-dir")
+
+
+def test_a_failed_build_leaves_the_old_output(tmp_path):
+    with output_dir(tmp_path / "out", "biocheck x", "--out-dir") as tmp:
+        (tmp / "a.txt").write_text("first\n")
+    with pytest.raises(RuntimeError), output_dir(tmp_path / "out", "biocheck x", "--out-dir") as tmp:
+        (tmp / "a.txt").write_text("half\n")
+        raise RuntimeError("killed mid-build")
+    assert (tmp_path / "out" / "a.txt").read_text() == "first\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporaries left
+
+
+def test_an_output_file_never_replaces_a_folder(tmp_path):
+    (tmp_path / "report").mkdir()
+    with pytest.raises(InputError, match="is a folder"):
+        claim_file(tmp_path / "report", "--report")
+    with pytest.raises(InputError, match="is a folder"), atomic_path(tmp_path / "report"):
+        pass
+    assert (tmp_path / "report").is_dir()
+
+
+def test_validate_report_given_a_folder(workdir):
+    (workdir / "reports").mkdir()
+    one_error_line(runner.invoke(app, ["data", "validate", "--report", "reports"]), "--report", "is a folder")
+
+
+def test_profile_use_given_a_folder_as_params(workdir):
+    (workdir / "conf").mkdir()
+    one_error_line(runner.invoke(app, ["profile", "use", "quickstart", "--params", "conf"]), "--params conf",
+                   "is a folder")
+    assert list((workdir / "conf").iterdir()) == []
+
+
+def test_profile_use_keeps_edits_that_are_in_no_profile(workdir):
+    edited = (workdir / "params.yaml").read_text()  # the workdir's params point at the test data: an edit
+    one_error_line(runner.invoke(app, ["profile", "use", "paper"]), "in no profile", "--force")
+    assert (workdir / "params.yaml").read_text() == edited
+    assert runner.invoke(app, ["profile", "use", "paper", "--force"]).exit_code == 0
+    assert (workdir / "params.yaml").read_text() == (workdir / "profiles" / "paper.yaml").read_text()
+    r = runner.invoke(app, ["profile", "use", "smol"])  # a profile's own text is no edit
+    assert r.exit_code == 0, r.output
+
+
+# --- bounds checked when params load ------------------------------------------------------------------------
+
+def edited_params(workdir: Path, section: str, key: str, value) -> None:
+    params = yaml.safe_load((workdir / "params.yaml").read_text())
+    target = params.setdefault(section, {})
+    *parents, last = key.split(".")
+    for k in parents:
+        target = target.setdefault(k, {})
+    target[last] = value
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("sft.epochs", -1, "sft.epochs must be >= 1, not -1"),
+    ("max_steps", -5, "max_steps must be >= 1, not -5"),
+    ("max_steps", 0, "max_steps must be >= 1, not 0"),
+    ("num_generations", 0, "num_generations must be >= 2"),
+    ("sft.max_length", 0, "sft.max_length must be >= 1"),
+    ("sft.epochs", "3", "sft.epochs must be an int"),
+    ("sft.epoch", 3, "unknown key(s) sft.epoch"),
+])
+def test_sft_refuses_a_bad_count_before_anything_is_replaced(workdir, key, value, said):
+    edited_params(workdir, "train", key, value)
+    sft = workdir / "models" / "sft"
+    sft.mkdir(parents=True)
+    (sft / "model.safetensors").write_bytes(b"trained weights")
+    one_error_line(runner.invoke(app, ["sft"]), "section 'train'", said)
+    assert (sft / "model.safetensors").read_bytes() == b"trained weights"
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("tiny.vocab_size", 0, "tiny.vocab_size must be >= 1, not 0"),
+    ("tiny.vocab_size", 100, "tiny.vocab_size=100: needs at least 512"),
+    ("tiny.num_key_value_heads", 0, "tiny.num_key_value_heads must be >= 1"),
+    ("tiny.seed", 3, "set model.seed instead"),
+])
+def test_model_init_refuses_bad_tiny_sizes(workdir, key, value, said):
+    edited_params(workdir, "model", key, value)
+    one_error_line(runner.invoke(app, ["model", "init"]), "section 'model'", said)
+    assert not (workdir / "models").exists()
+
+
+def test_fetch_refuses_zero_attempts(workdir):
+    edited_params(workdir, "fetch", "max_attempts", 0)
+    one_error_line(runner.invoke(app, ["data", "fetch"]), "max_attempts must be >= 1, not 0")
+    assert not (workdir / "data" / "raw").exists()
+
+
+def test_a_section_given_twice_is_an_error(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("train:\n  max_steps: 30\nmodel:\n  base: tiny\ntrain:\n  max_steps: 2\n")
+    with pytest.raises(InputError, match=r"line 5.*key 'train' appears twice \(first on line 1\)"):
+        load_params(path)
+    path.write_text("train:\n  max_steps: 30\n  max_steps: 2\n")  # inside a section too
+    with pytest.raises(InputError, match="key 'max_steps' appears twice"):
+        load_params(path)
+
+
+def test_every_profile_is_within_its_bounds():
+    from biocheck.pipeline import stage_inputs
+    from tests.test_dvc_params import stages
+
+    for profile in sorted((REPO / "profiles").glob("*.yaml")):
+        params = load_params(profile)
+        for stage in stages():
+            stage_inputs(params, stage)  # raises InputError naming the key when a bound is broken
