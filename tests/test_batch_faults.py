@@ -222,3 +222,20 @@ def test_an_evaluation_reruns_its_episodes_in_a_new_folder_when_the_index_change
     LocalIndex.build([*PAPERS, Article(pmid="999", title="New", abstract="A new top-ranked paper.")], index)
     assert folders("base") == 2  # new evidence: the agent's episodes run again, beside the old ones
     assert folders("no_retrieval") == 1  # a system that never searches keeps its episodes
+
+
+def test_a_second_batch_into_an_out_being_written_is_refused(tmp_path):
+    """Two batches started together would both pass the one-run check: the folder is locked while one runs."""
+    import fcntl
+
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a batch in another process holds it
+        with pytest.raises(InputError, match="another batch is writing into this folder"):
+            run_ids(out, CLAIMS[:1])
+        assert list(out.iterdir()) == []
+    finally:
+        os.close(fd)
+    assert run_ids(out, CLAIMS[:1]) == ["c0"]  # released: the batch runs

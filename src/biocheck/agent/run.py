@@ -9,11 +9,15 @@ is the same for every trace in it, and a batch with another one is refused rathe
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
+import os
 import re
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -257,9 +261,30 @@ def run_batch(
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: is a file; --out wants a folder for the traces.")
     settings = run_settings(agent, search)
-    if out_dir.is_dir():
-        check_one_run(out_dir, settings)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with _only_batch(out_dir):
+        check_one_run(out_dir, settings)
+        return _run_batch(agent, claims, out_dir, workers, progress, resume, settings)
+
+
+@contextlib.contextmanager
+def _only_batch(out_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the --out folder itself for the whole batch: two batches started together
+    would each pass the one-run check, then mix their traces. Released when the process ends, even killed."""
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise InputError(f"--out {out_dir}: another batch is writing into this folder now; wait for it to "
+                             "finish, or give another --out.") from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _run_batch(agent: Agent, claims: list[dict[str, Any]], out_dir: Path, workers: int, progress: bool,
+               resume: bool, settings: dict[str, Any]) -> dict[str, Any]:
     keys = {c["claim_id"]: run_key(agent, c, settings=settings) for c in claims}
     why = {c["claim_id"]: reuse(trace_path(out_dir, c["claim_id"]), keys[c["claim_id"]]) if resume else "no resume"
            for c in claims}
