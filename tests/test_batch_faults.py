@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -74,24 +75,31 @@ def test_the_cli_batch_with_long_cjk_and_emoji_ids_exits_0(workdir):  # noqa: F8
     assert json.loads((workdir / "out" / "summary.json").read_text())["episodes"] == 3
 
 
-# -- text that is not valid Unicode: refused with its record, before anything runs ---------------------------------
+# -- text that is not valid Unicode: that record fails alone, with its record number; the others run -----------------
 
 @pytest.mark.parametrize("record, field", [('{"id": "\\ud800", "claim": "A."}', "'id'"),
                                            ('{"id": "a", "claim": "Vitamin \\udcff D."}', "'claim'"),
                                            ('{"claim": "A.", "dataset": "sci\\ud800"}', "'dataset'")])
-def test_a_lone_surrogate_in_a_record_is_refused_with_its_record_number(tmp_path, record, field):
+def test_a_lone_surrogate_fails_its_record_alone_and_the_others_run(tmp_path, record, field):
     path = tmp_path / "claims.jsonl"
     path.write_text('{"id": "ok", "claim": "Fine."}\n' + record + "\n")
-    with pytest.raises(InputError, match=rf"record 2: {field} .*surrogate") as info:
-        read_claims(path)
-    str(info.value).encode("utf-8")  # the message itself can be printed
+    ok, bad = read_claims(path)
+    assert "problem" not in ok and re.search(rf"record 2: {field} .*surrogate", bad["problem"])
+    bad["problem"].encode("utf-8")  # the message itself can be printed
+    out = tmp_path / "out"
+    assert run_ids(out, [ok, bad]) == ["ok"]  # the bad one never reached the model
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))  # valid UTF-8, whatever the id
+    assert summary["episodes"] == 1 and [f["error"] for f in summary["failed"]] == [bad["problem"]]
+    assert trace_path(out, "ok").is_file()
 
 
-def test_the_cli_refuses_a_lone_surrogate_in_one_line_before_anything_runs(workdir):  # noqa: F811
+def test_the_cli_batch_with_a_lone_surrogate_runs_the_others_and_exits_1(workdir):  # noqa: F811
     (workdir / "claims.jsonl").write_text('{"id": "a", "claim": "A."}\n{"id": "b\\ud800", "claim": "B."}\n')
     r = runner.invoke(app, ["check", "--claims", "claims.jsonl", "--out", "out", "--llm", "scripted:script.json"])
-    assert_one_clear_line(r, "claims.jsonl, record 2", "'id'", "surrogate")
-    assert not (workdir / "out").exists() or not any((workdir / "out").iterdir())
+    assert_one_clear_line(r, "1 of 2 claims failed", "b\\ud800", "record 2", "surrogate")
+    assert trace_path(workdir / "out", "a").is_file()
+    failed = json.loads((workdir / "out" / "summary.json").read_text(encoding="utf-8"))["failed"]
+    assert [f["id"] for f in failed] == ["b\\ud800"]
 
 
 def test_a_single_claim_with_a_lone_surrogate_is_one_line_not_a_traceback(workdir):  # noqa: F811
@@ -239,3 +247,18 @@ def test_a_second_batch_into_an_out_being_written_is_refused(tmp_path):
     finally:
         os.close(fd)
     assert run_ids(out, CLAIMS[:1]) == ["c0"]  # released: the batch runs
+
+
+def test_traces_from_before_the_evidence_key_are_rerun_not_refused(tmp_path):
+    """An --out an older version wrote has no `evidence` in its keys: the same run, resumed by rerunning them."""
+    index, out = tmp_path / "index", tmp_path / "out"
+    LocalIndex.build(PAPERS, index)
+    search = local_search(index)
+    assert run_ids(out, CLAIMS[:2], search=search) == ["c0", "c1"]
+    for c in CLAIMS[:2]:
+        path = trace_path(out, c["claim_id"])
+        trace = json.loads(path.read_text())
+        assert trace["run_key"].pop("evidence")  # as an older version wrote it
+        path.write_text(json.dumps(trace))
+    assert run_ids(out, CLAIMS[:2], search=search) == ["c0", "c1"]  # rerun (their key lacks a part), not refused
+    assert run_ids(out, CLAIMS[:2], search=search) == []

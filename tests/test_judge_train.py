@@ -382,3 +382,17 @@ def test_a_broken_head_file_is_one_clear_line(prepared, tiny_model, tmp_path):
 def test_config_rejects_an_unknown_recipe():
     with pytest.raises(ValueError, match="judge.recipe"):
         JudgeTrainConfig(recipe="finetune")
+
+
+def test_judge_train_refuses_a_wrong_out_dir_before_any_work(tmp_path, monkeypatch):
+    from biocheck.io import InputError
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("years of work\n")
+    read = []
+    monkeypatch.setattr(train_mod, "read_corpus", lambda d: read.append(d) or [])
+    cfg = JudgeTrainConfig(base=tmp_path / "base", prepared_dir=tmp_path / "prepared", out_dir=folder, progress=False)
+    with pytest.raises(InputError, match=r"--out-dir / judge\.out_dir.*mine: holds files that it did not write"):
+        train_judge(cfg)
+    assert read == [] and [p.name for p in folder.iterdir()] == ["thesis.tex"]

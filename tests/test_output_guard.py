@@ -195,9 +195,12 @@ def test_model_init_refuses_bad_tiny_sizes(workdir, key, value, said):
     assert not (workdir / "models").exists()
 
 
-def test_fetch_refuses_zero_attempts(workdir):
-    edited_params(workdir, "fetch", "max_attempts", 0)
-    one_error_line(runner.invoke(app, ["data", "fetch"]), "max_attempts must be >= 1, not 0")
+@pytest.mark.parametrize("key, value, said", [("max_attempts", 0, "max_attempts must be >= 1, not 0"),
+                                              ("backoff_s", -1.0, "backoff_s must be >= 0, not -1.0"),
+                                              ("timeout_s", 0, "timeout_s must be > 0, not 0")])
+def test_fetch_refuses_counts_and_waits_that_cannot_work(workdir, key, value, said):
+    edited_params(workdir, "fetch", key, value)
+    one_error_line(runner.invoke(app, ["data", "fetch"]), said)
     assert not (workdir / "data" / "raw").exists()
 
 
@@ -219,3 +222,11 @@ def test_every_profile_is_within_its_bounds():
         params = load_params(profile)
         for stage in stages():
             stage_inputs(params, stage)  # raises InputError naming the key when a bound is broken
+
+
+def test_profile_use_copies_the_profile_verbatim_whatever_the_secrets(workdir, monkeypatch):
+    """params.yaml is input: redacting it by value ("biocheck" as a password) would rewrite its settings."""
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "biocheck")
+    assert runner.invoke(app, ["profile", "use", "smol", "--force"]).exit_code == 0
+    assert (workdir / "params.yaml").read_bytes() == (workdir / "profiles" / "smol.yaml").read_bytes()
+    assert runner.invoke(app, ["profile", "use", "quickstart"]).exit_code == 0  # a profile's text: no --force

@@ -133,8 +133,8 @@ def test_a_password_in_openai_base_url_reaches_no_output(evidence_workdir, monke
 
 
 def test_a_password_in_the_eutils_url_reaches_neither_trace_nor_stdout(evidence_workdir, echo_server, monkeypatch):
-    """Entrez search through BIOCHECK_EUTILS_URL=http://ann:PW@host/: the search fails (HTTP 503, one attempt)
-    and its error, naming the URL, goes into the trace as the tool's answer; the model also echoes the password."""
+    """Entrez search through BIOCHECK_EUTILS_URL=http://ann:PW@host/: the search fails (HTTP 503, one attempt),
+    which fails the check (PubMed down is no "not enough information") with one line naming the URL."""
     params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
     params["search"]["max_attempts"] = 1
     (evidence_workdir / "params.yaml").write_text(yaml.safe_dump(params))
@@ -146,11 +146,10 @@ def test_a_password_in_the_eutils_url_reaches_neither_trace_nor_stdout(evidence_
         monkeypatch.setenv("BIOCHECK_EUTILS_URL", f"http://ann:{PW}@{host}")
         r = runner.invoke(app, ["check", CLAIM, "--llm", "openai:m", "--search", "entrez", "--trace", "t.json",
                                 "--format", "json"])
-    assert r.exit_code == 0, r.output
-    trace = (evidence_workdir / "t.json").read_text()
-    assert f"ann:{MASK}@" in trace  # the failed search is reported with its URL, the password blanked
-    assert f"the password was {MASK}" in r.stdout
-    assert not _leaks({"password": PW}, r.output, trace)
+    assert r.exit_code == 1 and "failed after 1 attempts" in r.output, r.output
+    assert f"ann:{MASK}@" in r.output  # the failed search is reported with its URL, the password blanked
+    assert not (evidence_workdir / "t.json").exists()  # no report, no trace: nothing to mistake for a result
+    assert not _leaks({"password": PW}, r.output)
 
 
 def test_url_passwords_and_token_query_values_of_any_variable_are_secrets():
@@ -220,9 +219,9 @@ def test_a_short_key_in_a_200_answer_reaches_no_output(evidence_workdir, echo_se
 
 def test_every_io_writer_redacts_and_json_stays_valid(monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", 'sk-"quoted"\\key')  # quotes and a backslash: JSON escapes them
-    monkeypatch.setenv("NCBI_API_KEY", "12345")  # a short numeric key must not turn numbers into ***
+    monkeypatch.setenv("NCBI_API_KEY", "k3y9")  # a short key: blanked from texts, never from a number
     key = 'sk-"quoted"\\key'
-    obj = {"error": f"echo {key}", key: 12345, "n": [12345, "id 12345"]}
+    obj = {"error": f"echo {key}", key: 12345, "n": [12345, "id k3y9"]}
     io.write_json_atomic(tmp_path / "a.json", obj)
     io.write_text_atomic(tmp_path / "b.md", f"| {key} | {json.dumps(key)} |")
     io.dump_jsonl(tmp_path / "c.jsonl", [obj, obj])
@@ -230,6 +229,17 @@ def test_every_io_writer_redacts_and_json_stays_valid(monkeypatch, tmp_path):
     assert a == {"error": f"echo {MASK}", MASK: 12345, "n": [12345, f"id {MASK}"]}
     assert (tmp_path / "b.md").read_text() == f"| {MASK} | \"{MASK}\" |"
     assert [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()] == [a, a]
+
+
+@pytest.mark.parametrize("value", ["42", "-1", "0.5", "1e3", "1234567"])
+def test_a_short_number_is_a_setting_not_a_secret(monkeypatch, value):
+    """A number would otherwise turn into *** in every JSON, CSV and printed metric (`{"n": 42}`)."""
+    monkeypatch.setenv("SOME_TOKEN", value)
+    assert value not in secret_values()
+    assert redact(json.dumps({"n_cited": 42, "total": 0.42, "x": -1, "y": 0.5, "z": 1000.0})) == \
+        json.dumps({"n_cited": 42, "total": 0.42, "x": -1, "y": 0.5, "z": 1000.0})
+    monkeypatch.setenv("SOME_TOKEN", "12345678")  # 8 digits and more: could be a PIN-like key, blanked
+    assert "12345678" in secret_values()
 
 
 def test_without_a_secret_redaction_is_a_no_op(monkeypatch):

@@ -944,3 +944,29 @@ def test_a_kl_term_loads_a_reference_model_and_logs_the_kl(project):
     kl = [row["kl"] for row in state["log_history"] if "kl" in row]
     assert len(kl) == 2 and all(math.isfinite(v) and v >= 0 for v in kl), state["log_history"]
     assert kl[0] == pytest.approx(0.0, abs=1e-6)  # first step: the policy is still the reference
+
+
+def test_sft_refuses_a_wrong_out_dir_before_training(wiring):
+    from biocheck.io import InputError
+    from biocheck.pipeline import sft_stage
+
+    params = wiring.params()
+    store = wiring.tmp / "evidence"
+    store.mkdir()
+    (store / "evidence.sqlite").write_bytes(b"SQLite format 3\x00")
+    params["train"]["sft"]["out_dir"] = str(store)
+    with pytest.raises(InputError, match=r"train\.sft\.out_dir .*evidence: holds files that it did not write"):
+        sft_stage(params, progress=False)
+    assert wiring.sft == [] and wiring.loads == []  # nothing loaded, nothing trained
+    assert sorted(p.name for p in store.iterdir()) == ["evidence.sqlite"]
+
+
+@pytest.mark.parametrize("marker", [b"{not json", b"[]", b"\xff"])
+def test_a_damaged_sft_key_trains_the_warm_start_again_not_a_traceback(wiring, marker):
+    from biocheck.pipeline import sft_stage
+
+    params = wiring.params()
+    sft_stage(params, progress=False)
+    (wiring.tmp / "sft" / "sft_key.json").write_bytes(marker)
+    sft_stage(params, progress=False)
+    assert len(wiring.sft) == 2

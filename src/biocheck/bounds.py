@@ -15,3 +15,4 @@ import annotated_types as at
 Count = Annotated[int, at.Ge(1)]  # how many of something: steps, epochs, generations, workers, attempts
 NonNegative = Annotated[int, at.Ge(0)]  # a count that may be zero (retries, refusals)
 Positive = Annotated[float, at.Gt(0)]  # a duration, a rate, a learning rate
+NonNegativeFloat = Annotated[float, at.Ge(0)]  # a wait that may be zero (a backoff)

@@ -871,7 +871,7 @@ def profile_use(
     A params.yaml that matches no profile holds your own edits: it is replaced only with --force (copy it
     first, e.g. `cp params.yaml my-params.yaml`).
     """
-    from biocheck.io import write_text_atomic
+    from biocheck.io import atomic_path
 
     profiles = _profiles()
     if name not in profiles:
@@ -889,7 +889,11 @@ def profile_use(
         if current not in {p.read_text(encoding="utf-8") for p in profiles.values()}:
             _fail(f"{params} holds edits that are in no profile; save them (cp {params} my-params.yaml), then "
                   f"rerun with --force to replace it with the '{name}' profile.")
-    _run(write_text_atomic, params, text)
+    def install() -> None:  # verbatim: a parameters file is input, never redacted (its words are settings)
+        with atomic_path(params) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+
+    _run(install)
     err.print(f"{params} is now the '{name}' profile. Run `dvc repro` to rebuild what changed.", markup=False)
 
 

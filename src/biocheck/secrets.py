@@ -62,9 +62,16 @@ def is_secret_name(name: str) -> bool:
     return name.upper() in NAMES or PATTERN.match(name) is not None
 
 
+# A short number ("42", "-1", "0.5") in a *_TOKEN variable is a setting, not a key: blanking it as a whole token
+# would turn the same number into *** in every JSON, CSV and metric that BioCheck writes or prints.
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def _real(value: str | None) -> str | None:
     value = (value or "").strip()
-    return value if value.lower() not in PLACEHOLDERS else None
+    if value.lower() in PLACEHOLDERS or (len(value) < MIN_CHARS and _NUMBER.fullmatch(value)):
+        return None
+    return value
 
 
 def _url_secrets(value: str) -> set[str]:

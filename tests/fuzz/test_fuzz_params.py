@@ -61,7 +61,7 @@ def test_any_value_at_any_key_is_accepted_or_refused_with_an_input_error(where, 
         _read_all(params)
     except InputError as e:
         text = str(e)
-        assert "\n" not in text.strip() and text.startswith(f"{profile}.yaml") or text.startswith("-"), text
+        assert "\n" not in text.strip() and (text.startswith(f"{profile}.yaml") or text.startswith("-")), text
 
 
 @given(st.text(max_size=200))

@@ -20,8 +20,10 @@ from biocheck.secrets import MIN_CHARS, PLACEHOLDERS
 
 KEY_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.~!@#$%^&*()+=/:;'\"<>?,|{}[]"
 # A key starts with a letter or digit (sk-..., ghp_..., a hex token); a lone "," would be JSON's own syntax.
+# A short number ("42") is a setting, not a key (docs/mlflow.md), like the placeholders.
 secrets = st.text(alphabet=KEY_CHARS, min_size=1, max_size=40).filter(
-    lambda s: s[0].isalnum() and s.lower() not in PLACEHOLDERS)
+    lambda s: s[0].isalnum() and s.lower() not in PLACEHOLDERS
+    and (len(s) >= MIN_CHARS or not re.fullmatch(r"[-+.\deE]+", s)))
 FORMS = [lambda s: s, lambda s: urllib.parse.quote(s, safe=""), urllib.parse.quote, urllib.parse.quote_plus,
          lambda s: json.dumps(s)[1:-1], html.escape]
 words = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)

@@ -54,7 +54,10 @@ EXAMPLE = '{"claim": "Vitamin D prevents fractures.", "id": "c1"}'
 def read_claims(path: Path | str) -> list[dict[str, Any]]:
     """Claims for a batch: prepared records (id, claim, label, dataset) or just {"claim": ...} per line.
 
-    Every record is checked here, before any episode runs, so a bad record never aborts a batch half way.
+    Every record is checked here, before any episode runs, so a bad record never aborts a batch half way. A
+    file that is not claims (bad JSON, a record without a claim, a duplicate id) is refused as a whole; a
+    record whose text cannot leave the process (a lone surrogate) keeps its place with a `problem`: the
+    batch lists it as failed and runs the others.
     """
     path = Path(path)
     if path.is_dir():
@@ -78,11 +81,12 @@ def read_claims(path: Path | str) -> list[dict[str, Any]]:
 def _claim(row: dict[str, Any], i: int, path: Path) -> dict[str, Any]:
     where = f"{path}, record {i}"
     claim, cid, label, dataset = row.get("claim"), row.get("id"), row.get("label"), row.get("dataset")
+    problem = None
     for name, value in (("id", cid), ("claim", claim), ("dataset", dataset)):
-        problem = text_problem(value) if isinstance(value, str) else None
-        if problem:
-            raise InputError(f"{where}: '{name}' {problem}; it cannot be written to a trace or sent to a model, "
-                             "so fix that text in the file.")
+        why = text_problem(value) if isinstance(value, str) else None
+        if why and problem is None:
+            problem = (f"{where}: '{name}' {why}; it cannot be written to a trace or sent to a model, so fix that "
+                       "text in the file.")
     if not isinstance(claim, str) or not claim.strip():
         raise InputError(f"{where}: needs a non-empty 'claim' string.")
     if cid is not None and (isinstance(cid, bool) or not isinstance(cid, (str, int))):
@@ -93,7 +97,13 @@ def _claim(row: dict[str, Any], i: int, path: Path) -> dict[str, Any]:
         raise InputError(f"{where}: unknown label {label!r:.40}; use one of {', '.join(LABELS)} (or leave it out).")
     if dataset is not None and not isinstance(dataset, str):
         raise InputError(f"{where}: 'dataset' must be a string, not {type(dataset).__name__} {dataset!r:.40}.")
-    return {"claim": claim, "claim_id": str(i if cid is None else cid), "dataset": dataset, "gold_label": label}
+    out = {"claim": claim, "claim_id": str(i if cid is None else cid), "dataset": dataset, "gold_label": label}
+    return {**out, "problem": problem} if problem else out
+
+
+def shown_id(claim_id: str) -> str:
+    """A claim id as it can be written and printed: a lone surrogate as its escape (\\ud800)."""
+    return claim_id.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def text_problem(value: str) -> str | None:
@@ -181,11 +191,11 @@ def _as_stored(key: dict[str, Any]) -> dict[str, Any]:
 def evidence_fingerprint(search: Any) -> str | None:
     """What the searched evidence holds, for a local index (`search` as a dict or a SearchConfig): its content
     fingerprint, so a rebuilt index with other papers makes another run. None for PubMed, live or replayed."""
-    from biocheck.pubmed.local import index_fingerprint  # tantivy, only when a local index is named
-
     get = search.get if isinstance(search, dict) else lambda k: getattr(search, k, None)
     if search is None or get("backend") != "local" or not get("index_dir"):
         return None
+    from biocheck.pubmed.local import index_fingerprint  # tantivy, only when a local index is named
+
     return index_fingerprint(get("index_dir"))
 
 
@@ -208,7 +218,10 @@ def check_one_run(out_dir: Path, settings: dict[str, Any]) -> None:
         old = _stored_key(path) if path.stem not in RESERVED else None
         if old is None:
             continue
-        diff = changed({k: v for k, v in old.items() if k not in CLAIM_FIELDS}, settings)
+        # A part an older BioCheck did not record (`evidence`) is no sign of another run: its key differs, so
+        # that trace is rerun, not mixed.
+        diff = changed({k: v for k, v in old.items() if k not in CLAIM_FIELDS},
+                       {k: v for k, v in settings.items() if k in old})
         if diff:
             more = f" and {len(diff) - 5} more" if len(diff) > 5 else ""
             raise InputError(f"--out {out_dir}: holds the traces of another run ({path.name} differs in "
@@ -275,9 +288,12 @@ def _only_batch(out_dir: Path) -> Iterator[None]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             raise InputError(f"--out {out_dir}: another batch is writing into this folder now; wait for it to "
                              "finish, or give another --out.") from None
+        except OSError as e:  # a file system without locks (some NFS, FUSE): run, unguarded, and say so
+            log.warning("--out %s cannot be locked (%s): do not start a second batch into it meanwhile",
+                        out_dir, e.strerror or e)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
@@ -285,6 +301,10 @@ def _only_batch(out_dir: Path) -> Iterator[None]:
 
 def _run_batch(agent: Agent, claims: list[dict[str, Any]], out_dir: Path, workers: int, progress: bool,
                resume: bool, settings: dict[str, Any]) -> dict[str, Any]:
+    bad = {c["claim_id"]: c["problem"] for c in claims if c.get("problem")}  # fail alone, never run
+    for cid, problem in bad.items():
+        log.warning("claim %s failed: %s", shown_id(cid), problem)
+    claims, every = [c for c in claims if c["claim_id"] not in bad], claims
     keys = {c["claim_id"]: run_key(agent, c, settings=settings) for c in claims}
     why = {c["claim_id"]: reuse(trace_path(out_dir, c["claim_id"]), keys[c["claim_id"]]) if resume else "no resume"
            for c in claims}
@@ -320,7 +340,8 @@ def _run_batch(agent: Agent, claims: list[dict[str, Any]], out_dir: Path, worker
     done = [c for c in claims if c["claim_id"] not in errors]
     summary = summarize([Episode.model_validate_json(trace_path(out_dir, c["claim_id"]).read_text(encoding="utf-8"))
                          for c in done])
-    summary["failed"] = [{"id": c["claim_id"], "error": errors[c["claim_id"]]} for c in claims
+    errors.update(bad)
+    summary["failed"] = [{"id": shown_id(c["claim_id"]), "error": errors[c["claim_id"]]} for c in every
                          if c["claim_id"] in errors]
     summary["reused"] = len(claims) - len(todo)
     summary["rerun"] = dict(rerun)

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 from tqdm.auto import tqdm
 
-from biocheck.bounds import Count, Positive
+from biocheck.bounds import Count, NonNegativeFloat, Positive
 from biocheck.data.sources import healthfc_frame, read_scifact_tar
 from biocheck.io import InputError, atomic_path, remove_stale_tmp, write_json_atomic
 
@@ -79,7 +79,7 @@ class FetchConfig:
     mirror: Path | None = None  # defaults to $BIOCHECK_DATA_MIRROR
     timeout_s: Positive = 30.0
     max_attempts: Count = 4
-    backoff_s: float = 2.0  # first retry waits ~backoff_s, then doubles (with jitter)
+    backoff_s: NonNegativeFloat = 2.0  # first retry waits ~backoff_s, then doubles (with jitter)
     force: bool = False
     progress: bool = True
     extra_headers: dict[str, str] = field(default_factory=dict)

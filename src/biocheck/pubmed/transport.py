@@ -32,7 +32,7 @@ import httpx
 
 from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError
 from biocheck.pubmed.ratelimit import RateLimiter, Slot
-from biocheck.pubmed.types import SearchError
+from biocheck.pubmed.types import BackendError, SearchError
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class EutilsTransport:
                     break
                 delay = self.policy.delay(attempt, retry.retry_after, self._rng)
                 if retry.retry_after is not None and retry.retry_after > self.policy.max_retry_after:
-                    raise SearchError(
+                    raise BackendError(
                         f"PubMed {what} asked us to wait {retry.retry_after:.0f} s (Retry-After), more than "
                         f"the {self.policy.max_retry_after:.0f} s allowed; NCBI is throttling this client, "
                         "try again later or set NCBI_API_KEY"
@@ -172,7 +172,8 @@ class EutilsTransport:
                     what, self.redact(last), delay, attempt + 1, attempts,
                 )
                 self._sleep(delay)
-        raise SearchError(
+        # Not a text for the model: "no evidence" because NCBI was down would be a wrong report (exit 0, NEI).
+        raise BackendError(
             f"PubMed {what} failed after {attempts} attempts (last error: {self.redact(last)}) "
             f"at {self.redact(url)}; NCBI may be down or throttling this client: retry later, "
             "set NCBI_API_KEY for a higher rate limit, or use the replay backend offline"

@@ -182,7 +182,7 @@ def previous_dir(out_dir: Path) -> Path:
     return out_dir.parent / ".previous" / out_dir.name
 
 
-def _recorded_key(marker: Path) -> str | None:
+def recorded_key(marker: Path) -> str | None:
     """The run key a checkpoint folder records; None when there is none or it is unreadable (a damaged marker
     is treated like a foreign run: its checkpoints are moved aside, never resumed, never deleted)."""
     try:
@@ -200,7 +200,7 @@ def prepare_out_dir(out_dir: Path, run_key: str) -> Path | None:
 
     marker = out_dir / "run_key.json"
     if out_dir.exists():
-        old = _recorded_key(marker)
+        old = recorded_key(marker)
         if old != run_key:
             if any(p.name != "run_key.json" for p in out_dir.iterdir()):
                 keep = previous_dir(out_dir) / (old or "unknown")

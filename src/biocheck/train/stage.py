@@ -101,9 +101,10 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from biocheck.data.prepare import load_corpus
-    from biocheck.outputs import output_dir
+    from biocheck.outputs import claim_dir, output_dir
     from biocheck.train.demos import demonstration
     from biocheck.train.env import make_env
+    from biocheck.train.grpo import recorded_key
     from biocheck.train.sft import SFTConfig, train_sft
 
     sft_cfg = SFTConfig(**c.train.sft)
@@ -112,11 +113,11 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
     out, key = sft_cfg.out_dir, sft_key(c, prompts, base_fingerprint, [r.id for r in train_recs])
     state = PartialState()
 
-    def current() -> bool:
-        marker = out / SFT_KEY
-        return (out / "config.json").is_file() and marker.is_file() and json.loads(marker.read_text()).get("key") == key
+    def current() -> bool:  # a damaged sft_key.json is another warm start: trained again, no traceback
+        return (out / "config.json").is_file() and recorded_key(out / SFT_KEY) == key
 
     if state.is_main_process and not current():
+        claim_dir(out, *SFT_OUTPUT)  # before hours of training: a wrong train.sft.out_dir is refused now
         if out.exists():
             log.info("%s holds a warm start of other inputs; training it again", out)
         base = c.model.out_dir

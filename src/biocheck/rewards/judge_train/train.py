@@ -28,7 +28,7 @@ from typing import Any
 from biocheck.bounds import Count, NonNegative
 from biocheck.io import write_json_atomic
 from biocheck.labels import LABELS
-from biocheck.outputs import output_dir
+from biocheck.outputs import claim_dir, output_dir
 from biocheck.params import plain
 from biocheck.rewards.judge.align_judge import batch_features, prompt_rows
 from biocheck.rewards.judge.base import DEFAULT_MAX_ABSTRACT_CHARS, KEYS
@@ -48,7 +48,7 @@ from biocheck.rewards.judge_train.pairs import (
 log = logging.getLogger(__name__)
 STATS_FILE = "judge_train.json"
 # Who may replace judge_train.out_dir (biocheck.outputs), how the user names it, an unmarked older output.
-OUTPUT = ("biocheck judge train", "judge.out_dir", (STATS_FILE,))
+OUTPUT = ("biocheck judge train", "--out-dir / judge.out_dir (judge.eqs.out_dir with --eqs)", (STATS_FILE,))
 RECIPES = ("head", "align")
 
 
@@ -147,6 +147,7 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
     from biocheck.rewards.judge import TransformersJudge, make_judge
 
     started = time.perf_counter()
+    claim_dir(cfg.out_dir, *OUTPUT)  # before the pairs and the fit: a wrong judge.out_dir is refused now
     corpus = read_corpus(cfg.prepared_dir)
     train_claims = read_claims(cfg.prepared_dir, "train")
     test_claims = read_claims(cfg.prepared_dir, "test")
