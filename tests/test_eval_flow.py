@@ -223,7 +223,7 @@ def test_the_alias_is_the_model_the_eg_grpo_system_runs(local_models, project):
     (["--systems", "base,gpt5"], "--systems base,gpt5: systems: unknown 'gpt5'; choose from base, eg_grpo"),
     (["--datasets", "pubmed"], "--datasets pubmed: datasets: unknown 'pubmed'; choose from scifact, healthfc"),
     (["--model", "latest"], "--model latest: unknown model 'latest'"),
-    (["--limit", "0"], "--limit 0: limit: 0 must be >= 1"),
+    (["--limit", "0"], "--limit 0: evaluate.limit must be >= 1, not 0"),
     (["--limit", "many"], "argument --limit: invalid int value: 'many'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_1(project, server, capsys, args, message):

@@ -970,3 +970,25 @@ def test_a_damaged_sft_key_trains_the_warm_start_again_not_a_traceback(wiring, m
     (wiring.tmp / "sft" / "sft_key.json").write_bytes(marker)
     sft_stage(params, progress=False)
     assert len(wiring.sft) == 2
+
+
+def test_a_finished_run_is_not_trained_past_max_steps(wiring):
+    """DVC reruns a train stage when its code changes; the run key is the same, so it resumes. From the last
+    checkpoint the Trainer would train one step more than max_steps (seen: checkpoint-41 of a 40-step run,
+    other metrics). A finished run is reported from its checkpoint instead, nothing trained."""
+    from biocheck.pipeline import train_stage as train
+
+    params = wiring.params()
+    train(params, progress=False, max_steps=2)
+    out = wiring.tmp / "ckpt"
+    _checkpoint_dirs(out, [2])
+    history = [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}, {"step": 2, "eval_reward": 0.75}]
+    (out / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
+    trained = len(wiring.trainers)
+    stats = train(params, progress=False, max_steps=2)
+    assert len(wiring.trainers) == trained  # no trainer made, no step trained
+    assert stats["steps"] == 2 and stats["train_loss"] == pytest.approx(0.375)
+    assert stats["eval_reward_last"] == 0.75 and stats["resumed_from"] == str(out / "checkpoint-2")
+    assert json.loads((wiring.tmp / "metrics" / "train.json").read_text())["train_loss"] == pytest.approx(0.375)
+    stats = train(params, progress=False, max_steps=3)  # more steps are another run (max_steps is in its key)
+    assert len(wiring.trainers) == trained + 1 and stats["resumed_from"] is None

@@ -176,6 +176,26 @@ def _no_run(*_args: Any, **_kwargs: Any) -> Iterator[None]:
     yield None
 
 
+def finished(ckpt: Path, max_steps: int) -> dict[str, Any] | None:
+    """The run's stats when checkpoint `ckpt` already holds `max_steps` steps (a finished run that DVC or a
+    rerun asks for again), else None. train_loss: the mean loss over the steps, from the logged losses
+    weighted by the steps each covers (the Trainer's `training_loss`)."""
+    from biocheck.train.select import log_history
+
+    history = log_history(ckpt, "re-run `biocheck train`")
+    steps = max((int(h.get("step", 0)) for h in history), default=0)
+    if steps < max_steps:
+        return None
+    losses, last, total = [h for h in history if "loss" in h], 0, 0.0
+    for h in losses:
+        total += float(h["loss"]) * (int(h["step"]) - last)
+        last = int(h["step"])
+    evals = [h for h in history if "eval_reward" in h]
+    return {"steps": steps, "train_loss": total / last if last else None,
+            "eval_reward_start": evals[0]["eval_reward"] if evals else None,
+            "eval_reward_last": evals[-1]["eval_reward"] if evals else None}
+
+
 def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     """Run one training run as `c` describes it (built from params by `biocheck.pipeline.train_setup`)."""
     from accelerate import PartialState
@@ -214,6 +234,13 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
         check_resume(resume)
 
     start, sft_stats = warm_start(c, prompts, tool, base_fingerprint, train_recs, progress=progress)
+    done = finished(resume, cfg.max_steps) if resume else None
+    if done is not None:  # resuming a finished run would train steps past max_steps (the Trainer runs one more)
+        log.info("%s already holds all %d steps of this run: nothing to train", resume, cfg.max_steps)
+        stats = {**done, "resumed_from": str(resume), "sft": sft_stats}
+        if cfg.metrics_path and main:
+            write_json_atomic(cfg.metrics_path, {k: v for k, v in stats.items() if k not in ("sft", "resumed_from")})
+        return stats
 
     check_model_dir(start)
     tokenizer = AutoTokenizer.from_pretrained(start)
