@@ -46,7 +46,7 @@ quickstart: setup
 test: setup
 	pytest $(PYTEST_ARGS)
 
-# The fuzz suite (tests/fuzz/) with many more examples than `make test` runs (HYPOTHESIS_PROFILE=ci: 100 each);
+# The fuzz suite (tests/fuzz/) with many more examples than `make test` runs (HYPOTHESIS_PROFILE=ci: 60 each);
 # a failure prints the example and how to replay it. About 10 minutes on 2 cores.
 fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz pytest tests/fuzz $(PYTEST_ARGS)
