@@ -230,3 +230,15 @@ def test_profile_use_copies_the_profile_verbatim_whatever_the_secrets(workdir, m
     assert runner.invoke(app, ["profile", "use", "smol", "--force"]).exit_code == 0
     assert (workdir / "params.yaml").read_bytes() == (workdir / "profiles" / "smol.yaml").read_bytes()
     assert runner.invoke(app, ["profile", "use", "quickstart"]).exit_code == 0  # a profile's text: no --force
+
+
+@pytest.mark.parametrize("section, key", [("select", "out_dir"), ("data", "out_dir"), ("train", "metrics_path")])
+def test_an_empty_path_is_refused_not_taken_as_the_current_folder(workdir, section, key):
+    """Found by `make fuzz`: select.out_dir "" became Path("."), and deriving the outcome-only path from it
+    raised a ValueError traceback; as an output folder it would name the project itself."""
+    from biocheck.pipeline import stage_inputs
+
+    edited_params(workdir, section, key, "")
+    with pytest.raises(InputError, match=rf"{section}\.{key} must be a non-empty path"):
+        for stage in ("prepare", "select@outcome_only", "train@eg_grpo"):
+            stage_inputs(load_params(workdir / "params.yaml"), stage)

@@ -233,7 +233,7 @@ def _bounds(hint: Any) -> list[tuple[str, Any]]:
     return out
 
 
-_NAMES = {int: "an int", float: "a number", bool: "true or false", str: "a string", Path: "a path",
+_NAMES = {int: "an int", float: "a number", bool: "true or false", str: "a string", Path: "a non-empty path",
           type(None): "null"}
 _SIMPLE = (int, float, bool, str, Path)
 
@@ -260,8 +260,8 @@ def _fits(value: Any, allowed: tuple[type, ...]) -> bool:
         elif t in (int, float):
             if isinstance(value, (int, float)) and not isinstance(value, bool) and (t is float or isinstance(value, int)):
                 return True
-        elif t is Path:
-            if isinstance(value, (str, Path)):
+        elif t is Path:  # "" would be Path("."), the current folder: no output may be written "there"
+            if isinstance(value, Path) or (isinstance(value, str) and value.strip()):
                 return True
         elif isinstance(value, t):
             return True
