@@ -2,7 +2,9 @@
 #   make quickstart   set up .venv (once) and run the quickstart pipeline (`dvc repro`)
 #   make test         set up .venv (once) and run the test suite
 # Both create or reuse the virtual environment in $(VENV), installed from the hashed lock $(LOCK); it is
-# reinstalled when the lock or pyproject.toml changes. `make lock` refreshes the locks (requirements/README.md).
+# reinstalled when the content of the lock, requirements/pip.txt or pyproject.toml changes (not their dates: a
+# fresh checkout, or a venv restored from CI's cache, dates every file anew). `make lock` refreshes the locks
+# (requirements/README.md).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,11 +19,19 @@ export GX_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: quickstart test setup lock clean-venv mutation fuzz
+.PHONY: quickstart test setup lock clean-venv mutation fuzz FORCE
+
+SETUP_INPUTS := $(LOCK) requirements/pip.txt pyproject.toml
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: $(LOCK) requirements/pip.txt pyproject.toml
+# The inputs' sha256, rewritten only when it changes: make then compares the stamp with this file's date.
+$(VENV)/.inputs.sha256: FORCE
+	@mkdir -p $(VENV)
+	@new=$$(cat $(SETUP_INPUTS) | $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())'); \
+	test "$$new" = "$$(cat $@ 2>/dev/null)" || echo "$$new" > $@
+
+$(VENV)/.installed: $(VENV)/.inputs.sha256
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the lock $(LOCK) is for Python 3.11: set PYTHON=python3.11 (README, Install notes)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 # pip first, pinned and hashed (requirements/pip.txt says why: an older pip cannot install the lock).

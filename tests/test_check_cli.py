@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -50,12 +51,13 @@ def _expected(fmt: str, episode: Episode) -> str:
     model = f"{episode.llm} (fingerprint {episode.llm_fingerprint})"
     meta = {"model": model, "llm": episode.llm, "llm_fingerprint": episode.llm_fingerprint,
             "prompt_hash": episode.prompt_hash, "search": episode.search_backend}
-    md = render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim)
+    md = render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim, queries=episode.queries)
     claim_line = f"**Claim:** {episode.claim}\n"
     md = md.replace(claim_line, f"{claim_line}\n**Model:** {model}\n", 1)  # the model is named under the claim
     return {"md": lambda: md,
             "json": lambda: render_json(parsed, meta=meta),
-            "html": lambda: render_html(episode.report, episode.ledger, episode.claim, problems=[], meta=meta)}[fmt]()
+            "html": lambda: render_html(episode.report, episode.ledger, episode.claim, problems=[], meta=meta,
+                                        queries=episode.queries)}[fmt]()
 
 
 @pytest.mark.parametrize("fmt", [None, "md", "json", "html"])
@@ -74,12 +76,41 @@ def test_the_default_markdown_is_the_report_not_json_or_html(workdir):
     lines = r.stdout.splitlines()
     assert lines[:3] == ["# BioCheck report", "", "**Claim:** Vitamin D prevents fractures."]
     assert [x for x in lines if x.startswith("## ")] == [
-        "## Supporting evidence", "## Refuting evidence", "## Summary", "## Conclusion", "## Sources"]
+        "## Supporting evidence", "## Refuting evidence", "## Summary", "## Conclusion", "## Sources", "## Searches"]
     assert lines[lines.index("## Conclusion") + 1] == "SUPPORTED"
     assert "- Supporting 1: ID 101: Vitamin D and fracture risk [corpus:scifact] (quote found in the abstract)" in lines
     assert "<html" not in r.stdout.lower()
     with pytest.raises(json.JSONDecodeError):
         json.loads(r.stdout)
+
+
+def test_the_reports_list_the_searches_in_order_with_their_hits(workdir):
+    script = [search("vitamin D AND fracture*"), search("zzqx AND qqzx"), {"content": REPORT}]
+    (workdir / "script.json").write_text(json.dumps(script))
+    args = ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json", "--max-searches", "3"]
+    page = runner.invoke(app, [*args, "--format", "html"]).stdout
+    searches = page[page.index('<section id="searches"'):]
+    assert searches.index("vitamin D AND fracture*") < searches.index("zzqx AND qqzx")
+    assert re.search(r"vitamin D AND fracture\*</code> <span class=\"hits\">[1-9]\d* hits?</span>", searches)
+    assert "ID 101</li>" not in searches and "ID 101: Vitamin D and fracture risk</li>" in searches  # hit + title
+    assert 'zzqx AND qqzx</code> <span class="hits">0 hits</span>' in searches
+    md = runner.invoke(app, args).stdout.splitlines()
+    assert md[md.index("## Searches") + 1].startswith("1. `vitamin D AND fracture*` -> ")
+    assert "2. `zzqx AND qqzx` -> 0 hits" in md
+
+
+def test_check_says_each_search_on_stderr_as_it_runs_and_stdout_is_the_report_only(workdir):
+    script = [search("vitamin D AND fracture*"), search("zzqx AND qqzx"), {"content": REPORT}]
+    (workdir / "script.json").write_text(json.dumps(script))
+    args = ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json", "--max-searches", "3"]
+    r = runner.invoke(app, [*args, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.stderr.splitlines() if x.startswith("search ")]
+    assert len(lines) == 2 and re.fullmatch(r'search 1/3: "vitamin D AND fracture\*" -> [1-9]\d* hits?', lines[0])
+    assert lines[1] == 'search 2/3: "zzqx AND qqzx" -> 0 hits'
+    assert json.loads(r.stdout)["report"]["conclusion"] == "SUPPORTED"  # stdout: the report alone
+    quiet = runner.invoke(app, ["--quiet", *args])
+    assert quiet.exit_code == 0 and "search 1/3" not in quiet.stderr and "search 1/3" not in quiet.stdout
 
 
 def test_batch_writes_traces_and_resumes(workdir):

@@ -74,14 +74,19 @@ def project(tmp_path_factory, tiny_model):
     write_trace(episode, trace_path(root / "runs" / "check", "1"))
 
     mlflow.set_tracking_uri(f"sqlite:///{root / 'mlflow.db'}")
-    exp = mlflow.set_experiment("biocheck-eval").experiment_id
+    exp = mlflow.create_experiment("biocheck-eval", artifact_location=str(root / "mlartifacts"))  # not ./mlruns
+    mlflow.set_experiment(experiment_id=exp)
     for system, acc in (("eg_grpo", 0.5), ("outcome_only", 0.4), ("base", 0.3)):
         with mlflow.start_run(experiment_id=exp, tags={"system": system, "dataset": "scifact"}) as run:
             mlflow.log_metrics({"accuracy": acc, "macro_f1": acc, "eqs": 0.2, "ehr": 0.1})
     client = mlflow.MlflowClient()
     client.create_registered_model("biocheck-agent")
-    version = client.create_model_version("biocheck-agent", source="models/selected", run_id=run.info.run_id,
-                                          tags={"validation_reward": "0.45", "eval.scifact.accuracy": "0.5"})
+    from biocheck.train.select import log_model
+
+    logged = log_model(root / "models" / "base", run.info.run_id)  # as `select` logs models/selected
+    mlflow.log_metric("scifact.accuracy", 0.5, run_id=run.info.run_id, model_id=logged.model_id)
+    version = client.create_model_version("biocheck-agent", source=logged.model_uri, run_id=run.info.run_id,
+                                          tags={"validation_reward": "0.45"})
     client.set_registered_model_alias("biocheck-agent", "champion", version.version)
     mlflow.set_tracking_uri(None)
 

@@ -9,11 +9,13 @@ import csv
 import json
 import math
 import random
+from pathlib import Path
 from collections import Counter
 
 import mlflow
 import numpy as np
 import pytest
+import scipy.stats
 from scipy.stats import binomtest, norm
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
 
@@ -75,15 +77,21 @@ def test_system_metrics_match_sklearn_3way_and_2way():
     assert m["2way"]["n"] < m["n"]  # NEI gold left out of the 2-way scores
 
 
-def test_bootstrap_intervals_are_seeded_and_percentile():
+def scipy_bca(statistic, n, resamples, seed):
+    """scipy.stats.bootstrap called directly on the claim indices 0..n-1, `statistic(indices)` one resample at a
+    time (not vectorized): the interval and the resampled statistic."""
+    res = scipy.stats.bootstrap((np.arange(n),), statistic, n_resamples=resamples, vectorized=False, paired=True,
+                                method="BCa", rng=np.random.default_rng(seed))
+    return res.confidence_interval.low, res.confidence_interval.high, res.bootstrap_distribution
+
+
+def test_bootstrap_intervals_are_seeded_and_bca():
     ps = random_preds("cer", n=40)
     a, b = system_metrics(ps, 200, seed=3), system_metrics(ps, 200, seed=3)
     assert a == b
     assert system_metrics(ps, 200, seed=4)["ci"] != a["ci"]
-    # Independently: resample the claims with the documented generator, macro-F1 per resample, percentiles.
-    idx = np.random.default_rng(3).integers(0, len(ps), size=(200, len(ps)))
-    f1s = [sk([ps[i].gold for i in row], [ps[i].pred for i in row], ALL3)[3].mean() for row in idx]
-    lo, hi = np.percentile(f1s, [2.5, 97.5])
+    # Independently: scipy's BCa over the claims, macro-F1 computed by sklearn for each resample.
+    lo, hi, _ = scipy_bca(lambda i: sk([ps[j].gold for j in i], [ps[j].pred for j in i], ALL3)[3].mean(), 40, 200, 3)
     assert a["label_set"] == "3way" and a["ci"]["macro_f1"] == pytest.approx({"lo": lo, "hi": hi})
     # Accuracy is a proportion of claims: the exact (Clopper-Pearson) interval, never a collapsing bootstrap.
     right = sum(p.pred == p.gold for p in ps)
@@ -225,16 +233,20 @@ def test_paired_bootstrap_difference_interval_and_overlap():
 
 def accuracy_bootstrap(ref, other, resamples, seed):
     """The paired bootstrap of the accuracy difference, computed independently of the code under test: claims
-    paired by id (in id order), resampled with the documented generator."""
+    paired by id (in id order), scipy's BCa interval over them; p and MDD from its resampled differences."""
     by_id = {p.id: p for p in other}
     pairs = sorted(((a.id, a, by_id[a.id]) for a in ref if a.id in by_id), key=lambda t: t[0])
     delta = np.array([(a.pred == a.gold) - (b.pred == b.gold) for _, a, b in pairs], float)
-    d = delta[np.random.default_rng(seed).integers(0, len(delta), size=(resamples, len(delta)))].mean(-1)
-    lo, hi = np.percentile(d, [2.5, 97.5])
+    right_a = np.array([a.pred == a.gold for _, a, _ in pairs], float)
+    right_b = np.array([b.pred == b.gold for _, _, b in pairs], float)
+    # each accuracy as its own sum / count, as the code does: on a discrete statistic BCa's bias term counts
+    # resamples below the observed value, where one rounding (mean of differences) can flip a tie
+    lo, hi, d = scipy_bca(lambda i: right_a[i].sum() / len(i) - right_b[i].sum() / len(i), len(delta), resamples, seed)
     beyond = np.mean(d <= 0) if delta.mean() > 0 else np.mean(d >= 0)
     return {"reference": np.mean([a.pred == a.gold for _, a, _ in pairs]),
             "other": np.mean([b.pred == b.gold for _, _, b in pairs]), "diff": delta.mean(), "mean": d.mean(),
-            "lo": lo, "hi": hi, "p": min(1.0, 2 * beyond), "mdd": (norm.ppf(0.975) + norm.ppf(0.8)) * d.std(ddof=1)}
+            "lo": lo, "hi": hi, "p": min(1.0, 2 * beyond), "mdd": (norm.ppf(0.975) + norm.ppf(0.8)) * d.std(ddof=1),
+            "interval": "paired BCa bootstrap over claims"}
 
 
 @pytest.mark.parametrize("seed", [0, 5])
@@ -258,10 +270,10 @@ def test_plot_data_files_dvc_reads(tmp_path):
     a, b = random_preds("eg_grpo", n=30, seed=2), random_preds("cer", n=30, seed=3)
     metrics = {"eg_grpo": {"scifact": system_metrics(a, 50, 0)}, "cer": {"scifact": system_metrics(b, 50, 0)}}
     plot_data(metrics, tmp_path)
-    for system, ps in (("eg_grpo", a), ("cer", b)):
-        with open(tmp_path / "confusion" / "scifact" / f"{system}.csv") as f:
-            rows = Counter((r["actual"], r["predicted"]) for r in csv.DictReader(f))
-        assert rows == Counter((p.gold.value, p.pred.value if p.pred is not None else "OTHER") for p in ps)
+    with open(tmp_path / "confusion.csv") as f:  # the reference system's matrix only: cer is a baseline
+        rows = Counter((r["system"], r["dataset"], r["actual"], r["predicted"]) for r in csv.DictReader(f))
+    assert rows == Counter(("eg_grpo", "scifact", p.gold.value, p.pred.value if p.pred is not None else "OTHER")
+                           for p in a)
     with open(tmp_path / "scores.csv") as f:
         scores = {r["system"]: r for r in csv.DictReader(f)}
     assert set(scores) == {"eg_grpo", "cer"}
@@ -269,6 +281,14 @@ def test_plot_data_files_dvc_reads(tmp_path):
     assert float(row["accuracy"]) == pytest.approx(m["accuracy"])
     assert float(row["macro_f1_lo"]) == pytest.approx(m["ci"]["macro_f1"]["lo"])
     assert float(row["accuracy_lo"]) <= float(row["accuracy"]) <= float(row["accuracy_hi"])
+    no_ci = {"cer": {"scifact": system_metrics(b, 0, 0)}}  # bootstrap 0: no interval, so no bound columns
+    plot_data(no_ci, tmp_path / "no_ci")
+    with open(tmp_path / "no_ci" / "scores.csv") as f:
+        assert list(csv.reader(f)) == [["name", "system", "dataset", "accuracy", "macro_f1"],
+                                       ["cer / scifact", "cer", "scifact", str(no_ci["cer"]["scifact"]["accuracy"]),
+                                        str(no_ci["cer"]["scifact"]["macro_f1"])]]
+    with open(tmp_path / "no_ci" / "confusion.csv") as f:  # without eg_grpo or outcome_only: the first system's
+        assert {r["system"] for r in csv.DictReader(f)} == {"cer"}
 
 
 def test_mlflow_runs_per_system_and_dataset(tmp_path, monkeypatch):
@@ -301,8 +321,11 @@ def test_mlflow_runs_per_system_and_dataset(tmp_path, monkeypatch):
     assert g.metrics.keys() == nr.metrics.keys()  # the compare view lines them up
     assert g.metrics["accuracy"] == pytest.approx(metrics["eg_grpo"]["scifact"]["accuracy"])
     assert g.metrics["eqs"] == pytest.approx(0.6) and math.isnan(nr.metrics["eqs"])
-    assert nr.metrics["paired.mcnemar.b"] == paired["scifact"]["no_retrieval"]["mcnemar"]["b"]
-    assert math.isnan(g.metrics["paired.accuracy.diff"])  # the reference is not compared with itself
+    # Only the headline numbers are metrics; the paired tests and intervals are the run's metrics.json artifact.
+    assert not any(k.startswith(("paired.", "ci.")) for k in g.metrics)
+    detail = json.loads(Path(client.download_artifacts(by_system["no_retrieval"].info.run_id, "metrics.json", str(tmp_path))).read_text())
+    assert detail["paired"]["mcnemar"]["b"] == paired["scifact"]["no_retrieval"]["mcnemar"]["b"]
+    assert detail["metrics"]["accuracy"] == pytest.approx(metrics["no_retrieval"]["scifact"]["accuracy"])
     table = mlflow.load_table("predictions.json", run_ids=[by_system["eg_grpo"].info.run_id])
     assert list(table["id"]) == ["c0", "c1", "c2"] and list(table["pred"])[:2] == ["SUPPORTED", "REFUTED"]
     assert "sekret-key-123" not in json.dumps(table.to_dict(), default=str)
@@ -333,7 +356,5 @@ def test_paired_macro_f1_observed_and_bootstrapped_equals_sklearn_over_the_named
     order = sorted(range(len(golds)), key=lambda i: ref[i].id)  # paired by claim id
     a, b = [ref[i] for i in order], [other[i] for i in order]
     assert out["reference"] == pytest.approx(f1(a)) and out["other"] == pytest.approx(f1(b))
-    idx = np.random.default_rng(4).integers(0, len(a), size=(200, len(a)))
-    diffs = np.array([f1([a[i] for i in row]) - f1([b[i] for i in row]) for row in idx])
-    lo, hi = np.percentile(diffs, [2.5, 97.5])
+    lo, hi, diffs = scipy_bca(lambda i: f1([a[j] for j in i]) - f1([b[j] for j in i]), len(a), 200, 4)
     assert (out["mean"], out["lo"], out["hi"]) == pytest.approx((diffs.mean(), lo, hi))

@@ -17,8 +17,9 @@ from urllib.parse import unquote
 
 import pytest
 
+from biocheck.agent.budget import QueryRecord
 from biocheck.agent.episode import Episode
-from biocheck.evaluate.gallery import write_gallery
+from biocheck.evaluate.gallery import Provenance, write_gallery
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
@@ -68,8 +69,10 @@ def _episode(p: Prediction) -> Episode | None:
         refuting=[EvidenceItem(pmid="999", quote=f"Invented {XSS}.", context="made up")],
         summary=Summary(justification=f"because {XSS}"), conclusion=p.pred)
     ledger = {"111": Article(pmid="111", title="Vitamin D trial", abstract=ABSTRACT, source="entrez")}
+    queries = [QueryRecord(query=f"vitamin D AND fracture* {XSS}", pmids=["111"], n_results=1),
+               QueryRecord(query="hip AND fracture", pmids=[], n_results=0)][: p.searches]
     return Episode(claim=text, claim_id=p.id, dataset=p.dataset, messages=[], ledger=ledger, report=report,
-                   final_text=f"Final answer {XSS}", llm="scripted", searches=p.searches)
+                   final_text=f"Final answer {XSS}", llm="scripted", searches=p.searches, queries=queries)
 
 
 def _metrics() -> dict:
@@ -159,7 +162,7 @@ def test_tables_and_plots_cover_every_system_and_dataset(gallery):
     # confusion matrix counts, read back from the SVG, equal the predictions' (gold, pred) counts
     for (system, dataset), preds in _predictions().items():
         fig = re.search(rf'<figure class="plot" data-filter="" data-system="{system}" data-dataset="{dataset}">'
-                        r"(.*?)</figure>", index).group(1)
+                        r"(.*?)</figure>", index, flags=re.S).group(1)
         cells = Counter({(g, p): int(n) for g, p, n in
                          re.findall(r"<title>gold (\w+), predicted (\w+): (\d+)</title>", fig)})
         expected = Counter((p.gold.value, p.pred.value if p.pred else "OTHER") for p in preds)
@@ -187,7 +190,8 @@ def test_every_interval_has_its_n_and_every_dataset_says_what_it_can_mean(tmp_pa
     assert f'{m["accuracy"]:.3f} <span class="ci">[{m["ci"]["accuracy"]["lo"]:.3f}, ' \
            f'{m["ci"]["accuracy"]["hi"]:.3f}]</span> <span class="ci">n=4</span>' in index
     notes = re.search(r'<ul id="notes">(.*?)</ul>', index).group(1)
-    assert "evidence corpus does not contain this dataset&#x27;s sources" in notes
+    assert "evidence corpus does not contain this dataset's sources" in html.unescape(notes)
+    assert "dataset's" not in notes  # escaped
     assert "selection claims" in notes and "EQS scored by the training judge (j1)" in notes
     assert "EQS scored by j2, not the training judge j1" in notes
 
@@ -207,6 +211,86 @@ def test_a_failing_writer_leaves_the_old_gallery(tmp_path, gallery):
         write_gallery(gallery.parent, _predictions(), breaks_late, _metrics(), PAIRED)
     assert {p: p.read_text() for p in [gallery, *_claim_pages(gallery)]} == before
     assert not [p for p in gallery.parent.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+# -- the header and the searches ---------------------------------------------------------------------
+
+ABOUT = Provenance(profile="smol", commit="0123456789abcdef0123", dirty=True, date="2026-12-03 22:40 UTC")
+
+
+def test_the_header_states_profile_commit_and_date(tmp_path):
+    index = write_gallery(tmp_path / "g", _predictions(), _episode, _metrics(), PAIRED, provenance=ABOUT)
+    header = re.search(r'<p id="provenance"[^>]*>(.*?)</p>', index.read_text(), flags=re.S).group(1)
+    assert "Profile smol" in header and "commit 0123456 + uncommitted changes" in header
+    assert "0123456789" not in header and "2026-12-03 22:40 UTC" in header
+    assert "not meaningful" not in index.read_text()
+    clean = Provenance(profile="smol", commit="0123456789abcdef0123", dirty=False, date="d")
+    again = write_gallery(tmp_path / "g", _predictions(), _episode, _metrics(), PAIRED, provenance=clean)
+    assert "commit 0123456" in again.read_text() and "uncommitted" not in again.read_text()
+
+
+def test_the_quickstart_header_says_its_scores_are_not_meaningful_and_links_the_readme(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "README.md").write_text("# x\n")
+    about = Provenance(profile="quickstart", commit="unknown", dirty=None, date="d")
+    index = write_gallery(tmp_path / "reports" / "eval", _predictions(), _episode, _metrics(), PAIRED,
+                          provenance=about).read_text()
+    warning = re.search(r'<p id="not-meaningful"[^>]*>(.*?)</p>', index, flags=re.S).group(1)
+    assert "quickstart" in warning and "scores are not meaningful" in warning
+    assert 'href="../../README.md#quick-start-two-commands"' in warning
+    assert "commit unknown" in index
+
+
+def test_now_reads_the_commit_of_this_checkout():
+    about = Provenance.now("paper")
+    assert about.profile == "paper" and about.date.endswith("UTC")
+    assert about.commit == "unknown" or re.fullmatch(r"[0-9a-f]{40}", about.commit)
+
+
+def test_each_claim_page_lists_the_searches_of_every_system(tmp_path):
+    def with_searches(p: Prediction) -> Episode | None:
+        ep = _episode(p)
+        if ep is None:
+            return None
+        queries = [QueryRecord(query=f"q1 {p.system} {XSS}", pmids=["111"], n_results=1),
+                   QueryRecord(query=f"q2 {p.system}", pmids=[], n_results=0)]
+        return ep.model_copy(update={"queries": queries})
+
+    index = write_gallery(tmp_path / "g", _predictions(), with_searches, _metrics(), PAIRED)
+    page = next(p for p in _claim_pages(index) if p.name == "12.html").read_text()
+    frame = html.unescape(re.search(r'srcdoc="([^"]*)"', page).group(1))  # eg_grpo: in its report
+    searches = frame[frame.index('<section id="searches"'):]
+    assert searches.index("q1 eg_grpo") < searches.index("q2 eg_grpo") and "0 hits" in searches
+    assert "111</a>: Vitamin D trial" in searches and XSS not in frame and html.escape(XSS) in frame
+    label_only = page[page.index('<section id="sys-no_retrieval"'):]  # a label-only system: on the page
+    assert label_only.index("q1 no_retrieval") < label_only.index("q2 no_retrieval")
+    assert "1 hit</span>" in label_only and "0 hits" in label_only and XSS not in page
+
+
+def test_hostile_text_in_claim_quote_query_and_title_is_escaped_in_the_gallery(tmp_path):
+    hostile = "<script>alert(1)</script> \"q\" 'a' & b"
+
+    def hostile_episode(p: Prediction) -> Episode | None:
+        ep = _episode(p)
+        if ep is None:
+            return None
+        ledger = {"111": Article(pmid="111", title=f"T {hostile}", abstract=ABSTRACT, source="entrez")}
+        report = ep.report.model_copy(update={"supporting": [EvidenceItem(pmid="111", quote=f"Q {hostile}")]})
+        return ep.model_copy(update={"claim": f"C {hostile}", "ledger": ledger, "report": report,
+                                     "queries": [QueryRecord(query=f"S {hostile}", pmids=["111"], n_results=1)]})
+
+    index = write_gallery(tmp_path / "g", _predictions(), hostile_episode, _metrics(), PAIRED)
+    for page in [index, *_claim_pages(index)]:
+        text = page.read_text()
+        assert text.count("<script") == 1 and "alert(1)</" not in text and " & b" not in text, page
+    page = next(p for p in _claim_pages(index) if p.name == "12.html").read_text()
+    assert "C &lt;script&gt;alert(1)&lt;/script&gt; &#34;q&#34; &#39;a&#39; &amp; b" in page
+    frame = re.search(r'srcdoc="([^"]*)"', page).group(1)
+    assert "<" not in frame and '"' not in frame  # the whole report page is one escaped attribute
+    report = html.unescape(frame)
+    assert "<script" not in report and "alert(1)</" not in report
+    for text in ("C", "Q", "S", "T"):
+        assert f"{text} &lt;script&gt;alert(1)&lt;/script&gt; &#34;q&#34; &#39;a&#39; &amp; b" in report, text
 
 
 # -- in a real browser -------------------------------------------------------------------------------
@@ -252,6 +336,8 @@ def _visible_rows(pg) -> list[tuple[str, str]]:
 def test_browser_index_loads_and_the_table_shows_every_system(page, gallery):
     page.goto(gallery.as_uri())
     assert page.title() == "BioCheck evaluation"
+    assert re.fullmatch(r"Profile \S+ · commit \S+( \+ uncommitted changes)? · made .+ UTC",
+                        page.locator("#provenance").inner_text())
     shown = {page.locator("#metrics tbody tr").nth(i).locator("td").first.inner_text()
              for i in range(page.locator("#metrics tbody tr").count())}
     assert shown == set(SYSTEMS)
@@ -293,6 +379,10 @@ def test_browser_claim_page_shows_verdicts_and_escapes_model_text(page, gallery)
     frame = page.frame_locator("iframe.report")
     assert frame.locator("mark").first.inner_text() == "lowered the rate of hip fractures"
     assert XSS in frame.locator("body").inner_text() and frame.locator("script").count() == 0
+    searches = frame.locator("#searches li.search")  # eg_grpo's two searches, in order, with their hits
+    assert searches.count() == 2 and searches.nth(0).locator("code").inner_text() == f"vitamin D AND fracture* {XSS}"
+    assert "1 hit" in searches.nth(0).inner_text() and "111: Vitamin D trial" in searches.nth(0).inner_text()
+    assert searches.nth(1).inner_text() == "hip AND fracture 0 hits"
     page.locator("details summary").first.click()  # the label-only system's own text
     assert XSS in page.locator("pre.final").inner_text()
     assert page.dialogs == [] and page.errors == []

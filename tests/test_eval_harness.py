@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 
 import pytest
@@ -194,6 +195,40 @@ def test_progress_shows_claims_done_and_running_accuracy(search_cfg, tmp_path, c
     assert "acc=0.667" in capsys.readouterr().err
 
 
+def test_without_bars_a_progress_line_is_logged_every_n_claims_and_at_the_end(search_cfg, tmp_path, caplog):
+    cs = claims(5)
+    cs[2] = cs[2].model_copy(update={"claim": "FAIL this one."})
+    sys_, _ = agent_system(search_cfg)
+    with caplog.at_level(logging.INFO, logger="biocheck.evaluate.harness"):
+        run_system(sys_, cs, "scifact", tmp_path, progress=False, progress_every=2)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluate: ")]
+    time = r", (\d+s|\d+m\d\ds|\d+h\d\dm)"
+    assert len(said) == 3
+    assert re.fullmatch(r"evaluate: eg_grpo scifact 2/5 claims \(40%\), 0 failed" + time, said[0])
+    assert re.fullmatch(r"evaluate: eg_grpo scifact 4/5 claims \(80%\), 1 failed" + time, said[1])
+    assert re.fullmatch(r"evaluate: eg_grpo scifact 5/5 claims \(100%\), 1 failed" + time, said[2])
+    caplog.clear()
+    sys2, _ = agent_system(search_cfg)
+    with caplog.at_level(logging.INFO, logger="biocheck.evaluate.harness"):
+        run_system(sys2, claims(5), "scifact", tmp_path / "bars", progress=True, progress_every=2)
+    assert not [r for r in caplog.records if r.getMessage().startswith("evaluate: ")]  # the bar says it
+
+
+def test_progress_lines_count_reused_claims_and_the_default_is_every_ten(search_cfg, tmp_path, caplog):
+    from biocheck.evaluate.harness import PROGRESS_EVERY, progress_line
+
+    assert PROGRESS_EVERY == 10
+    assert progress_line("cer", "healthfc", 20, 50, 3, 72.4) == "evaluate: cer healthfc 20/50 claims (40%), 3 failed, 1m12s"
+    assert progress_line("cer", "healthfc", 1, 3, 0, 3725) == "evaluate: cer healthfc 1/3 claims (33%), 0 failed, 1h02m"
+    sys_, _ = agent_system(search_cfg)
+    run_system(sys_, claims(2), "scifact", tmp_path, progress=False)
+    sys2, _ = agent_system(search_cfg)
+    with caplog.at_level(logging.INFO, logger="biocheck.evaluate.harness"):
+        run_system(sys2, claims(3), "scifact", tmp_path, progress=False, progress_every=2)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluate: ")]
+    assert [x.split(", ")[0] for x in said] == ["evaluate: eg_grpo scifact 3/3 claims (100%)"]  # 2 reused
+
+
 def test_no_claims_or_duplicate_ids_are_input_errors(search_cfg, tmp_path):
     sys_, llm = agent_system(search_cfg)
     with pytest.raises(InputError, match="scifact: no claims"):
@@ -239,7 +274,7 @@ def eval_cfg(tmp_path, **kw) -> EvaluateConfig:
     kw = {"systems": ["eg_grpo", "pmsearch"], "datasets": ["scifact", "healthfc"], **kw}
     return EvaluateConfig(bootstrap=50, out_dir=tmp_path / "eval", report_dir=tmp_path / "reports",
                           metrics_path=tmp_path / "m.json", paired_path=tmp_path / "p.json",
-                          plots_dir=tmp_path / "plots", **kw)
+                          headline_dir=tmp_path / "headline", plots_dir=tmp_path / "plots", **kw)
 
 
 def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(search_cfg, tmp_path, recorded):
@@ -263,6 +298,10 @@ def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(sea
     paired = json.loads(cfg.paired_path.read_text())
     assert set(paired) == {"scifact", "healthfc"} and set(paired["scifact"]) == {"pmsearch"}
     assert (tmp_path / "plots" / "scores.csv").exists() and out["skipped"] == {}
+    headline = json.loads((tmp_path / "headline" / "scifact" / "eg_grpo.json").read_text())  # DVC's metrics
+    assert headline["eqs"] == 0.75 and headline["n"] == 3 and "ci" not in headline and "confusion" not in headline
+    assert sorted(p.relative_to(tmp_path / "headline").as_posix() for p in (tmp_path / "headline").rglob("*.json")) \
+        == [f"{d}/{s}.json" for d in ("healthfc", "scifact") for s in ("eg_grpo", "pmsearch")]
     index = (tmp_path / "reports" / "index.html").read_text()
     assert out["gallery"] == (tmp_path / "reports" / "index.html").as_posix() and "pmsearch" in index
     (args, kw), = recorded

@@ -54,7 +54,13 @@ def test_an_ad_hoc_run_writes_every_output_under_out_and_a_rerun_reuses_every_ep
     paired = json.loads((out / "eval_paired.json").read_text())
     assert paired == {}  # eg_grpo, the reference, was not among the systems
     assert (out / "gallery" / "index.html").is_file()
-    assert not (project / "metrics" / "eval.json").exists()  # --out keeps the DVC outputs untouched
+    headline = {p.relative_to(out / "headline").as_posix(): json.loads(p.read_text())
+                for p in (out / "headline").rglob("*") if p.is_file()}
+    assert sorted(headline) == [f"{d}/{s}.json" for d in ("healthfc", "scifact") for s in sorted(metrics)]
+    assert headline["scifact/base.json"]["n"] == 3 and "ci" not in headline["scifact/base.json"]
+    assert headline["scifact/base.json"]["accuracy"] == metrics["base"]["scifact"]["accuracy"]
+    for dvc_output in ("metrics/eval", "reports/eval_metrics.json", "reports/eval_paired.json"):
+        assert not (project / dvc_output).exists(), dvc_output  # --out keeps the DVC outputs untouched
     traces = sorted((out / "traces").rglob("*.json"))
     assert len(traces) == 3 * 5
     stamps = {p: p.stat().st_mtime_ns for p in traces}

@@ -8,12 +8,17 @@ import random
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from biocheck.labels import Label
 from biocheck.metrics import (
+    BCA,
+    DEGENERATE,
     LABEL_SETS,
     OTHER,
+    PERCENTILE,
     aggregate,
+    bootstrap,
     bootstrap_ci,
     bootstrap_mean_ci,
     classification_metrics,
@@ -87,34 +92,53 @@ def test_two_way_nei_prediction_is_wrong_and_nobodys_precision():
     assert classification_metrics([Label.SUPPORTED], [Label.SUPPORTED])["accuracy"] == 1.0  # enums accepted
 
 
-def test_bootstrap_equals_a_naive_resampling_loop():
+def _scipy_bca(statistic, data, n_resamples, seed, level=0.95):
+    """scipy.stats.bootstrap called directly, the statistic applied one resample at a time (not vectorized)."""
+    res = scipy.stats.bootstrap(data, statistic, n_resamples=n_resamples, paired=True, vectorized=False,
+                                method="BCa", confidence_level=level, rng=np.random.default_rng(seed))
+    return res.confidence_interval.low, res.confidence_interval.high
+
+
+def test_bootstrap_is_scipys_bca_over_a_naive_statistic():
     rng = random.Random(5)
     labels = LABEL_SETS["3way"]
     gold = [rng.choice(labels) for _ in range(40)]
     pred = [rng.choice([*labels, None]) for _ in range(40)]
     ci = bootstrap_ci(gold, pred, labels, n_resamples=200, seed=7)
-    idx = np.random.default_rng(7).integers(0, 40, size=(200, 40))
+    rows, percentile = np.arange(40), []
     for key in ("accuracy", "macro_precision", "macro_recall", "macro_f1"):
-        values = [classification_metrics([gold[i] for i in row], [pred[i] for i in row], labels)[key] for row in idx]
-        assert ci[key] == pytest.approx(tuple(np.percentile(values, [2.5, 97.5])))
+        def naive(i, key=key):
+            return classification_metrics([gold[j] for j in i], [pred[j] for j in i], labels)[key]
+
+        assert ci[key] == pytest.approx(_scipy_bca(naive, (rows,), 200, 7), rel=0, abs=1e-12)
         assert ci[key][0] <= classification_metrics(gold, pred, labels)[key] <= ci[key][1]
+        lo, hi = np.percentile([naive(rng_row) for rng_row in np.random.default_rng(7).integers(0, 40, (200, 40))],
+                               [2.5, 97.5])
+        percentile.append(ci[key] == pytest.approx((lo, hi), rel=0, abs=1e-12))
+    assert not all(percentile)  # BCa, not the percentile interval (they may agree on a discrete statistic)
     assert bootstrap_ci(gold, pred, labels, n_resamples=200, seed=7) == ci  # seeded
     assert bootstrap_ci(gold, pred, labels, n_resamples=200, seed=8) != ci
     assert bootstrap_ci([], [], labels) == {}
-    assert bootstrap_ci([S] * 5, [S] * 5, labels)["accuracy"] == (1.0, 1.0)
+    assert bootstrap_ci([S] * 5, [S] * 5, labels)["accuracy"] == (1.0, 1.0)  # degenerate: the point
 
 
 def test_bootstrap_mean_ci():
-    values = [0.0, 1.0] * 50
+    values = [0.0, 1.0, 1.0, 0.5, 0.25] * 20
     lo, hi = bootstrap_mean_ci(values, n_resamples=500, seed=1)
-    # the percentile bootstrap written out: 500 resamples with replacement from default_rng(seed)
-    idx = np.random.default_rng(1).integers(0, len(values), size=(500, len(values)))
-    means = [sum(values[i] for i in row) / len(values) for row in idx]
-    assert (lo, hi) == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])), rel=0, abs=1e-12)
-    assert lo < 0.5 < hi
+    assert (lo, hi) == pytest.approx(_scipy_bca(np.mean, (np.array(values),), 500, 1), rel=0, abs=1e-12)
+    assert lo < float(np.mean(values)) < hi
     assert bootstrap_mean_ci(values, n_resamples=500, seed=1, level=0.5) == pytest.approx(
-        tuple(np.percentile(means, [25.0, 75.0])), rel=0, abs=1e-12)
+        _scipy_bca(np.mean, (np.array(values),), 500, 1, level=0.5), rel=0, abs=1e-12)
     assert bootstrap_mean_ci([]) is None and bootstrap_mean_ci([2.0, 2.0]) == (2.0, 2.0)
+
+
+def test_a_degenerate_sample_gets_the_point_and_says_so():
+    ci = bootstrap(np.mean, (np.full(300, 0.7),), n_resamples=1000, seed=0)
+    assert (ci.lo, ci.hi, ci.method) == (pytest.approx(0.7), pytest.approx(0.7), DEGENERATE)
+    ratio = bootstrap(lambda a, axis=-1: a.sum(axis) / (a > 0).sum(axis), (np.array([0.0] * 38 + [1.0, 2.0]),), 200, 0)
+    assert ratio.method == PERCENTILE  # some resamples divide by zero: BCa is NaN, the finite percentiles remain
+    assert bootstrap(np.mean, (np.arange(300.0),), 1000, 0).method == BCA
+    assert bootstrap(np.mean, (np.array([1.0]),), 1000, 0) is None  # one claim: nothing to resample
 
 
 def _b(gold, conclusion, s=(), hallucinated=(), judge=True, total=0.0) -> RewardBreakdown:

@@ -41,6 +41,7 @@ SYSTEMS = ("base", "eg_grpo", "outcome_only", "no_retrieval")
 COMPARED = ("eg_grpo", "outcome_only", "base")  # the compare view the docs show, on COMPARE_ON
 COMPARE_ON = "scifact"
 HEADLINE = ("accuracy", "macro_f1", "eqs", "ehr")  # the metric columns docs/mlflow.md tells a reader to add
+SCOPE_PARAMS = ("system", "dataset", "model_alias")  # each eval run's own params (compare-view axes)
 # REFUTED-heavy claims: eg_grpo (scripted to search, then say REFUTED) scores apart from the systems saying SUPPORTED
 CLAIMS = {"scifact": [("1", "Vitamin D prevents fractures.", "SUPPORTED"), ("2", "Aspirin causes bleeding.", "REFUTED"),
                       ("3", "Statins impair memory.", "REFUTED")],
@@ -51,6 +52,10 @@ DOCS_IMG = REPO / "docs" / "img"
 
 def tags(run: dict[str, Any]) -> dict[str, str]:
     return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+
+
+def params(run: dict[str, Any]) -> dict[str, str]:
+    return {p["key"]: p["value"] for p in run["data"].get("params", [])}
 
 
 def metrics(run: dict[str, Any]) -> dict[str, float]:
@@ -198,6 +203,12 @@ def test_every_evaluation_run_has_the_same_metric_keys_and_the_shared_tags(evalu
     for run in ev.children:
         t = tags(run)
         assert run["info"]["run_name"] == f"eval {t['system']} {t['dataset']}"
+        p = params(run)  # its own system and dataset, not the lists of every system and dataset
+        assert {k: p[k] for k in SCOPE_PARAMS} == {k: t[k] for k in SCOPE_PARAMS}
+        assert (p["system"], p["dataset"]) == (t["system"], t["dataset"]) and "systems" not in p
+        if not EXTERNAL_DB:  # eg_grpo ran a model given as a spec (no alias); base the base model
+            assert p["model_alias"] == {"eg_grpo": "none", "outcome_only": "challenger", "base": "base"}.get(
+                p["system"], "none")
         assert t["model_fingerprint"] not in ("", "unknown") and t["prompt_hash"] not in ("", "unknown")
 
 
@@ -353,6 +364,16 @@ def test_the_compare_view_shows_eg_grpo_outcome_only_and_base_side_by_side(page,
     ids = row("Run ID:")
     assert sorted(ids) == sorted(runs)
     assert row("Run Name:") == [runs[i]["info"]["run_name"] for i in ids]
+    # the Parameters section (a table: a header cell, then one cell per run, in `ids` order): each run's own
+    # `system`, `dataset` and `model_alias`, the params the parallel-coordinates plot offers as axes
+    section = page.locator(".du-bois-light-collapse-item").filter(
+        has=page.get_by_role("button", name="Parameters", exact=True))
+    for key in SCOPE_PARAMS:
+        found = section.get_by_role("row").filter(has=page.locator("th", has_text=re.compile(rf"^{key}$")))
+        found.wait_for()
+        cells = [c.strip() for c in found.locator("td").all_inner_texts()]
+        assert cells == [params(runs[i])[key] for i in ids], key
+    assert [params(runs[i])["system"] for i in ids] == [tags(runs[i])["system"] for i in ids]
     # the Metrics section: a grid of metric names beside a grid of values, one column per run (in `ids` order)
     page.get_by_role("button", name="Parameters", exact=True).click()  # folded: Metrics comes up under the names
     names_grid, values_grid = page.get_by_role("grid").nth(0), page.get_by_role("grid").nth(1)

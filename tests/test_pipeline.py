@@ -141,7 +141,7 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
     io["sft"] = ([model.out_dir, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl"], [sft_dir])
     audit = c.audit_config(params)
     io["audit"] = ([model.out_dir, sft_dir, reward_judge, ev.index_dir, prep.out_dir / "scifact" / "train.jsonl",
-                    prep.out_dir / "corpus.jsonl"], [audit.out_dir, audit.metrics_path])
+                    prep.out_dir / "corpus.jsonl"], [audit.out_dir, audit.report_path, audit.metrics_path])
     for v in VARIANTS:  # one training run and one selection per reward variant (DVC foreach)
         train, sel = c.train_setup(params, variant=v).train, c.select_config(params, variant=v)
         assert train.sft["out_dir"] == sft_dir
@@ -152,7 +152,8 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
     eqs_judge = (ev_cfg.eqs_judge or "").partition(":")[2]
     io["evaluate"] = ([spec.partition(":")[2] for spec in set(models.values())] + [reward_judge, eqs_judge, ev.index_dir]
                       + [prep.out_dir / f"{split}.jsonl" for split in ("scifact/test", "healthfc/test")],
-                      [ev_cfg.out_dir, ev_cfg.report_dir, ev_cfg.metrics_path, ev_cfg.paired_path])
+                      [ev_cfg.out_dir, ev_cfg.report_dir, ev_cfg.headline_dir, ev_cfg.metrics_path, ev_cfg.paired_path,
+                       ev_cfg.plots_dir])
     return io
 
 
@@ -210,3 +211,14 @@ def test_dvc_stages_match_the_cli_params_and_configs():
         for path in writes:
             assert str(path) in outs, f"{name} writes {path}, which is not among its outs {outs}"
         produced += outs
+
+
+@pytest.mark.parametrize("model, alias", [
+    ("challenger", "challenger"), ("models:/biocheck-agent@challenger", "challenger"),
+    ("transformers:models:/biocheck-agent@champion", "champion"), ("models:/someone-else@champion", "none"),
+    ("models:/biocheck-agent/3", "none"), ("models/selected", "none")])
+def test_the_model_alias_an_evaluation_logs_is_the_one_its_model_names(model, alias):
+    """`evaluate --model` by alias or by registry URI logs that alias (MLflow `model_alias`), anything else none."""
+    from biocheck.pipeline import _model_alias
+
+    assert _model_alias(model, "biocheck-agent") == alias

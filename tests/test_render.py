@@ -176,3 +176,62 @@ def test_json_has_the_schema_problems_claim_and_meta():
     assert data["claim"] == "c" and data["meta"] == {"model": "m"}
     assert Report.model_validate(data["report"]) == REPORT
     assert set(json.loads(render_json(ParsedReport(report=Report()))).keys()) == {"report", "problems", "ok"}
+
+
+# -- the searches the agent made (query, hits) --------------------------------------------------------
+
+
+class _Search:
+    """A search as the trace records it (agent.budget.QueryRecord has these fields)."""
+
+    def __init__(self, query: str, pmids: list[str], error: str | None = None):
+        self.query, self.pmids, self.n_results, self.error = query, pmids, len(pmids), error
+
+
+SEARCHES = [_Search('"vitamin D" AND fracture*', ["111", "4983"]), _Search("statin AND myopathy", []),
+            _Search("bad [[query", [], error="query syntax error")]
+
+
+def test_html_lists_each_search_in_order_with_its_hits_and_titles():
+    page = render_html(REPORT, LEDGER, "claim", queries=SEARCHES)
+    section = page[page.index('<section id="searches"'):]
+    section = section[: section.index("</section>")]
+    items = re.findall(r"<li class=\"search\">(.*?)</li>\s*(?=<li class=\"search\">|</ol>)", section, flags=re.S)
+    assert len(items) == 3
+    assert "&#34;vitamin D&#34; AND fracture*" in items[0] and "2 hits" in items[0]
+    assert 'href="https://pubmed.ncbi.nlm.nih.gov/111/"' in items[0] and "Vitamin D and fractures" in items[0]
+    assert "ID 4983" in items[0] and "A SciFact document" in items[0]  # a corpus id: named, not linked
+    assert "statin AND myopathy" in items[1] and "0 hits" in items[1]
+    assert "query syntax error" in items[2]
+    assert section.index("vitamin D") < section.index("statin") < section.index("bad [[query")
+
+
+def test_html_says_when_the_agent_made_no_search_and_has_no_section_without_a_trace():
+    assert "No searches" in render_html(REPORT, LEDGER, "claim", queries=[])
+    assert 'id="searches"' not in render_html(REPORT, LEDGER, "claim")
+
+
+def test_hostile_text_in_claim_quote_query_and_title_is_escaped():
+    hostile = "<script>alert(1)</script> \"q\" 'a' & b"
+    ledger = {"1": Article(pmid="1", title=f"T {hostile}", abstract=f"A {hostile}.", source="entrez")}
+    report = Report(supporting=[EvidenceItem(pmid="1", quote=hostile, context=hostile)], conclusion=Label.NEI)
+    page = render_html(report, ledger, f"C {hostile}", queries=[_Search(f"Q {hostile}", ["1"])])
+    assert "<script" not in page.lower() and "alert(1)</" not in page
+    assert " & b" not in page and "&amp; b" in page
+    for text in (f"C {hostile}", f"Q {hostile}", f"T {hostile}"):
+        assert html.escape(text, quote=False).replace('"', "&#34;").replace("'", "&#39;") in page, text
+
+
+def test_markdown_lists_the_searches_and_keeps_the_report_readable():
+    text = render_markdown(REPORT, LEDGER, claim="Vitamin D prevents fractures.", queries=SEARCHES)
+    assert parse_report(text).report == REPORT
+    lines = text[text.index("## Searches"):].splitlines()[1:]
+    assert lines == [
+        '1. `"vitamin D" AND fracture*` -> 2 hits',
+        "   - PMID 111: Vitamin D and fractures https://pubmed.ncbi.nlm.nih.gov/111/",
+        "   - ID 4983: A SciFact document [corpus:scifact]",
+        "2. `statin AND myopathy` -> 0 hits",
+        "3. `bad [[query` -> error: query syntax error",
+    ]
+    odd = render_markdown(REPORT, LEDGER, queries=[_Search("a `b`\nAND c", [])])
+    assert odd.endswith("1. ``a `b` AND c`` -> 0 hits\n")  # one code span, one line

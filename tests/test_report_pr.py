@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import yaml
 from typer.testing import CliRunner
 
 from biocheck.cli import app
+from biocheck.evaluate.headline import headline_row
 from biocheck.orchestration import pr_comment
 from biocheck.orchestration.pr_comment import MARKER, cell
 from tests.test_cli_errors import one_error_line
@@ -59,8 +61,12 @@ def paired(diff: float, p: float) -> dict:
 
 
 PAIRED = {"scifact": {"no_retrieval": paired(0.375, 0.012), "fire": paired(0.5, 0.0004)}}
-DVC_YAML = {"stages": {"evaluate": {"cmd": "true", "metrics": [{"metrics/eval.json": {"cache": False}},
-                                                                  {"metrics/eval_paired.json": {"cache": False}}]}}}
+# Where the evaluate stage writes the files the comment reads (EvaluateConfig, through the comment's defaults).
+_CFG = pr_comment.PrCommentConfig(base="main")
+EVAL_JSON, PAIRED_JSON = _CFG.metrics_path.as_posix(), _CFG.paired_path.as_posix()
+HEADLINE_DIR = _CFG.headline_dir.as_posix()  # DVC's metrics: one headline file per dataset and system
+DVC_YAML = {"stages": {"evaluate": {"cmd": "true", "metrics": [{HEADLINE_DIR: {"cache": False}}],
+                                    "outs": [{EVAL_JSON: {"cache": False}}, {PAIRED_JSON: {"cache": False}}]}}}
 STATUS = {"evaluate": [{"changed deps": {"params.yaml": {"evaluate": "modified"},
                                          "src/biocheck/evaluate": "modified"}}, "changed command"],
           "train@eg_grpo": [{"changed outs": {"models/checkpoints": "deleted"}}]}
@@ -72,9 +78,13 @@ def git(root: Path, *args: str) -> str:
 
 
 def write_eval(root: Path, eval_json: dict, paired_json: dict) -> None:
-    (root / "metrics").mkdir(exist_ok=True)
-    (root / "metrics" / "eval.json").write_text(json.dumps(eval_json, indent=2))
-    (root / "metrics" / "eval_paired.json").write_text(json.dumps(paired_json, indent=2))
+    files = {EVAL_JSON: eval_json, PAIRED_JSON: paired_json}
+    files |= {f"{HEADLINE_DIR}/{dataset}/{system}.json": headline_row(m)  # as the evaluate stage writes them
+              for system, by_dataset in eval_json.items() for dataset, m in by_dataset.items()}
+    shutil.rmtree(root / HEADLINE_DIR, ignore_errors=True)
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(json.dumps(data, indent=2))
 
 
 @pytest.fixture
@@ -153,8 +163,8 @@ def test_the_comment_compares_the_pull_request_with_the_base(repo, tmp_path):
     # dvc's own table, collapsed: the changed metrics only, base (main) against the working tree
     details = md.split("<details>", 1)[1]
     assert details.rstrip().endswith("</details>")
-    assert re.search(r"\| metrics/eval\.json\s+\| eg_grpo\.scifact\.accuracy\s+\| 0\.5\s+\| 0\.625\s+\| 0\.125", details)
-    assert "eg_grpo.healthfc.accuracy" not in details
+    assert re.search(re.escape(f"{HEADLINE_DIR}/scifact/eg_grpo.json") + r"\s+\| accuracy\s+\| 0\.5\s+\| 0\.625\s+\| 0\.125", details)
+    assert "healthfc/eg_grpo.json" not in details
 
 
 def test_stdout_and_status_cases(repo, tmp_path):
@@ -183,22 +193,22 @@ def test_a_base_ref_that_does_not_exist(repo, tmp_path):
 def test_no_metrics_at_the_base(repo, tmp_path):
     out = tmp_path / "comment.md"
     r = runner.invoke(app, ["report", "pr", "--base", "HEAD~1", "--out", str(out)])
-    one_error_line(r, "no metrics/eval.json at HEAD~1")
+    one_error_line(r, f"no {EVAL_JSON} at HEAD~1")
     md = out.read_text()
-    assert "**Missing:** no metrics/eval.json at HEAD~1" in md
+    assert f"**Missing:** no {EVAL_JSON} at HEAD~1" in md
     assert {row[-1] for row in table_rows(md).values()} == {"no base"}
 
 
 def test_no_metrics_in_the_working_tree(repo, tmp_path):
-    (repo / "metrics" / "eval.json").unlink()
-    (repo / "metrics" / "eval_paired.json").unlink()
+    (repo / EVAL_JSON).unlink()
+    (repo / PAIRED_JSON).unlink()
     out = tmp_path / "comment.md"
     r = runner.invoke(app, ["report", "pr", "--base", "main", "--out", str(out)])
-    one_error_line(r, "no metrics/eval.json in the working tree", "dvc repro evaluate")
+    one_error_line(r, f"no {EVAL_JSON} in the working tree", "dvc repro evaluate")
     md = out.read_text()
-    assert md.startswith(MARKER) and "**Missing:** no metrics/eval.json in the working tree" in md
+    assert md.startswith(MARKER) and f"**Missing:** no {EVAL_JSON} in the working tree" in md
     assert {row[-1] for row in table_rows(md).values()} == {"removed"}
-    assert "Not available: no metrics/eval_paired.json in the working tree" in md
+    assert f"Not available: no {PAIRED_JSON} in the working tree" in md
 
 
 def test_dvc_failing_is_said_in_the_comment(repo, tmp_path):
@@ -230,3 +240,116 @@ def test_the_command_explains_itself(cmd):
     r = runner.invoke(app, [*cmd, "--help"], prog_name="biocheck")
     assert r.exit_code == 0 and "Usage: biocheck report" in r.output, r.output
     assert "pull-request" in r.output.split("Options:")[0]
+
+
+# --- a failed pipeline, no DVC remote, timing rows ------------------------------------------------------
+
+def repro_log(n_before: int = 60) -> str:
+    """What `dvc repro evaluate` prints when its `evaluate` stage fails (DVC 3's own wording)."""
+    lines = ["Stage 'prepare' didn't change, skipping", "Running stage 'evaluate':", "> biocheck evaluate"]
+    lines += [f"progress line {i}" for i in range(n_before)]
+    lines += ["error: the model failed: https://user:hunter2secret@example.org/v1 refused the connection",
+              "ERROR: failed to reproduce 'evaluate': failed to run: biocheck evaluate, exited with 1"]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_failed_pipeline_gets_a_comment_naming_the_stage_and_the_log_tail(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("DVC_REMOTE_URL", "https://user:hunter2secret@example.org/v1")  # the secret to blank
+    log = tmp_path / "repro.log"
+    log.write_text(repro_log())
+    out = tmp_path / "comment.md"
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--repro-outcome", "failure", "--repro-log", str(log),
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output  # the comment is complete: it is a failure report
+    md = out.read_text()
+    assert md.splitlines()[0] == MARKER
+    failed = md.split("### The pipeline failed", 1)[1].split("###", 1)[0]
+    assert "`dvc repro` failed in stage **evaluate**" in failed
+    assert "the model failed" in failed.split("```", 1)[0]  # the stage's own error line, above the log
+    tail = failed.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines()
+    assert len(tail) == pr_comment.LOG_TAIL_LINES
+    assert tail[-1].startswith("ERROR: failed to reproduce 'evaluate'")
+    assert "progress line 59" in tail and "progress line 10" not in tail and "Running stage" not in tail
+    assert "hunter2secret" not in md
+    # this branch's committed metrics are not this run's: no comparison table is shown as if they were
+    assert "### Metrics per system and dataset" not in md and "0.625" not in md
+    assert "not this run's" in md
+
+
+def test_the_stage_is_found_without_dvcs_error_line_and_a_missing_log_is_said(repo, tmp_path):
+    log = tmp_path / "repro.log"
+    log.write_text("Running stage 'prepare':\n> biocheck data prepare\nRunning stage 'train@eg_grpo':\nKilled\n")
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--repro-outcome", "failure", "--repro-log", str(log)])
+    assert "failed in stage **train@eg_grpo**" in r.stdout and "Killed" in r.stdout
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--repro-outcome", "failure",
+                            "--repro-log", str(tmp_path / "absent.log")])
+    assert "### The pipeline failed" in r.stdout and "no log" in r.stdout.split("### The pipeline failed", 1)[1]
+
+
+def test_a_successful_run_has_no_failure_section(repo, tmp_path):
+    log = tmp_path / "repro.log"
+    log.write_text("Running stage 'evaluate':\nUpdating lock file 'dvc.lock'\n")
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--repro-outcome", "success", "--repro-log", str(log)])
+    assert r.exit_code == 0 and "The pipeline failed" not in r.stdout and "### Metrics per system" in r.stdout
+
+
+FRESH = {  # `dvc status --json` on a fresh clone with nothing pulled: every output is missing
+    "prepare": [{"changed outs": {"data/prepared": "deleted"}}],
+    "train@eg_grpo": [{"changed deps": {"models/sft": "deleted"}}, {"changed outs": {"models/checkpoints": "deleted"}}],
+    "evaluate": [{"changed deps": {"models/selected": "deleted", "params.yaml": {"evaluate.limit": "modified"}}},
+                 {"changed outs": {"eval/predictions": "deleted"}}],
+}
+
+
+def test_without_a_remote_the_status_says_so_instead_of_listing_deletions(repo, tmp_path):
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps(FRESH))
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--status", str(status), "--remote", "none"])
+    assert r.exit_code == 0, r.output
+    stages = r.stdout.split("### Stages that were out of date", 1)[1].split("<details>", 1)[0]
+    assert "No DVC remote: everything was recomputed." in stages
+    assert "deleted" not in stages and "**prepare**" not in stages  # nothing but missing files: not listed
+    assert "- **evaluate**: deps: `params.yaml`: `evaluate.limit` (modified)" in stages  # what the PR changed stays
+
+
+def test_a_remote_that_lacked_some_stages_lists_them_on_one_line(repo, tmp_path):
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps(FRESH))
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--status", str(status), "--remote", "pulled"])
+    stages = r.stdout.split("### Stages that were out of date", 1)[1].split("<details>", 1)[0]
+    assert "Not in the DVC remote (recomputed): prepare, train@eg_grpo." in stages
+    assert "deleted" not in stages and "- **evaluate**: deps: `params.yaml`" in stages
+
+
+def test_the_dvc_table_leaves_out_timing_rows(repo, tmp_path):
+    headline = repo / HEADLINE_DIR / "scifact" / "eg_grpo.json"
+    row = json.loads(headline.read_text())
+    headline.write_text(json.dumps({**row, "seconds_total": 99.5, "seconds_mean": 12.25}))  # new: dvc lists them
+    r = runner.invoke(app, ["report", "pr", "--base", "main"])
+    details = r.stdout.split("<details>", 1)[1]
+    assert "| accuracy " in details and "seconds" not in details
+
+
+@pytest.mark.parametrize(("option", "value"), [("--repro-outcome", "failed"), ("--remote", "s3")])
+def test_the_choices_are_checked(repo, option, value):
+    r = runner.invoke(app, ["report", "pr", "--base", "main", option, value])
+    assert r.exit_code == 2 and "Invalid value" in r.output
+
+
+def test_a_base_from_before_the_metrics_moved_still_compares(repo, tmp_path):
+    """The full metrics moved from metrics/eval.json to reports/ (issue 31): the first pull request after the move
+    compares against the base's metrics/eval.json."""
+    assert EVAL_JSON != pr_comment.OLD_METRICS_PATH.as_posix()
+    git(repo, "checkout", "-q", "-f", "-b", "old-base", "HEAD~1")
+    old = repo / pr_comment.OLD_METRICS_PATH
+    old.parent.mkdir(parents=True, exist_ok=True)
+    old.write_text(json.dumps(BASE))
+    git(repo, "add", pr_comment.OLD_METRICS_PATH.as_posix())
+    git(repo, "commit", "-q", "-m", "an evaluation committed before the move")
+    git(repo, "checkout", "-q", "-f", "main")
+    write_eval(repo, HEAD, PAIRED)
+    out = tmp_path / "comment.md"
+    r = runner.invoke(app, ["report", "pr", "--base", "old-base", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = table_rows(out.read_text())
+    assert rows[("eg_grpo", "scifact")][-1] != "no base"

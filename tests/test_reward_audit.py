@@ -92,12 +92,17 @@ def test_audit_counts_varying_terms_credit_by_side_and_warns(search_cfg, tmp_pat
     def second(claim):  # searches the same, cites nothing
         return [search("vitamin D AND fracture*" if "Vitamin" in claim else "aspirin"), {"content": SILENT}]
 
-    cfg = AuditConfig(out_dir=tmp_path / "audit", metrics_path=tmp_path / "audit.json", progress=False)
+    cfg = AuditConfig(out_dir=tmp_path / "audit", metrics_path=tmp_path / "audit.json",
+                      report_path=tmp_path / "audit_report.json", progress=False)
     setup = AuditSetup(cfg=cfg, samples=[sample("sample0", first, search_cfg), sample("sample1", second, search_cfg)],
                        claims=CLAIMS, reward=RewardConfig(), judge=SideJudge(), papers=PAPERS)
     with caplog.at_level(logging.WARNING):
         out = audit(setup)
-    assert json.loads(cfg.metrics_path.read_text()) == json.loads(json.dumps(out))
+    assert json.loads(cfg.report_path.read_text()) == json.loads(json.dumps(out))
+    head = json.loads(cfg.metrics_path.read_text())  # the headline DVC shows: a few numbers of the summary
+    assert head["groups_varying"] == json.loads(json.dumps(out["groups_varying"])) and head["episodes"] == out["episodes"]
+    assert head["gold_paper_credit"]["SUPPORTED"]["correct_side"] == out["judge_credit"]["gold_papers"]["SUPPORTED"][
+        "correct_side"] and head["warnings"] == len(out["warnings"]) and "about" not in head
     sup, ref = out["groups_varying"]["SUPPORTED"], out["groups_varying"]["REFUTED"]
     # Vitamin D: episode 1 is right and cites 101 (s 0.9 > 0.5: R_evidence > 0), episode 2 silent and wrong.
     assert sup == {"groups": 1, "outcome": 1.0, "search": 0.0, "evidence": 1.0, "hallucination": 0.0,
@@ -127,7 +132,7 @@ def test_cached_episodes_are_rescored_not_regenerated(search_cfg, tmp_path):
         calls.append(claim)
         return [search("aspirin"), {"content": SILENT}]
 
-    cfg = AuditConfig(out_dir=tmp_path / "a", metrics_path=tmp_path / "a.json", progress=False)
+    cfg = AuditConfig(out_dir=tmp_path / "a", metrics_path=None, report_path=tmp_path / "a.json", progress=False)
     setup = AuditSetup(cfg=cfg, samples=[sample("sample0", counted, search_cfg)], claims=CLAIMS,
                        reward=RewardConfig(), judge=None, papers=PAPERS)
     audit(setup)
@@ -161,9 +166,11 @@ def test_reward_audit_command_on_the_tiny_model(evidence_workdir, tiny_model):
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     r = CliRunner().invoke(app, ["reward", "audit", "--claims", "2", "--no-progress"])
     assert r.exit_code == 0, r.output
-    out = json.loads((root / "metrics" / "reward_audit.json").read_text())
+    out = json.loads((root / "reports" / "reward_audit.json").read_text())
     assert out["episodes"] == 4 and out["group_size"] == 2 and out["claims"] == {"SUPPORTED": 1, "REFUTED": 1}
     assert out["about"]["start"] == f"transformers:{tiny_model}" and out["about"]["temperature"] == 0.8
+    head = json.loads((root / "metrics" / "reward_audit.json").read_text())  # DVC's metrics: the headline only
+    assert head["episodes"] == 4 and head["groups_varying"] == out["groups_varying"] and "about" not in head
     assert "groups where a term varies" in r.output
     params["train"]["sft"]["out_dir"] = "models/none"
     (root / "params.yaml").write_text(yaml.safe_dump(params))

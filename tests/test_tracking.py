@@ -197,17 +197,72 @@ def test_under_dvc_the_pipeline_is_the_dvc_process_above_the_stage(tmp_path, mon
 
 
 def test_lock_md5_changes_with_any_input_and_only_with_inputs():
-    entry = {"cmd": "x", "deps": [{"path": "b", "hash": "md5", "md5": "2", "size": 3},
-                                  {"path": "a", "hash": "md5", "md5": "1.dir", "size": 9, "nfiles": 2}],
+    entry = {"cmd": "x --variant a", "deps": [{"path": "b", "hash": "md5", "md5": "2", "size": 3},
+                                              {"path": "a", "hash": "md5", "md5": "1.dir", "size": 9, "nfiles": 2}],
              "params": {"params.yaml": {"data": {"seed": 13}}}, "outs": [{"path": "o", "md5": "9"}]}
     value = tracking.lock_md5(entry)
     assert re.fullmatch(r"[0-9a-f]{32}", value)
-    same = {**entry, "cmd": "y", "outs": [], "deps": [{"path": "a", "md5": "1.dir"}, {"path": "b", "md5": "2"}]}
-    assert tracking.lock_md5(same) == value  # dep order, sizes, command and outputs are no inputs
+    same = {**entry, "outs": [], "deps": [{"path": "a", "md5": "1.dir"}, {"path": "b", "md5": "2"}]}
+    assert tracking.lock_md5(same) == value  # dep order, sizes and outputs are no inputs
     changed = [{**entry, "deps": [entry["deps"][0], {"path": "a", "md5": "7.dir"}]},
                {**entry, "params": {"params.yaml": {"data": {"seed": 14}}}},
-               {**entry, "deps": entry["deps"][:1]}]
-    assert len({value, *(tracking.lock_md5(e) for e in changed)}) == 4
+               {**entry, "deps": entry["deps"][:1]},
+               {**entry, "cmd": "x --variant b"}]  # the command is an input: train@eg_grpo is not train@outcome_only
+    assert len({value, *(tracking.lock_md5(e) for e in changed)}) == 5
+
+
+PIPELINE = """stages:
+  train:
+    foreach: [eg_grpo, outcome_only]
+    do:
+      cmd: biocheck train --variant ${item}
+      deps:
+        - src.py
+      outs:
+        - models/checkpoints_${item}
+      metrics:
+        - metrics/train_${item}.json:
+            cache: false
+  evaluate:
+    cmd: biocheck evaluate
+    outs:
+      - reports/eval
+    plots:
+      - metrics/curve.csv:
+          cache: false
+"""
+
+
+def _git(root, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.email=t@example.org", "-c", "user.name=t", *args], cwd=root, check=True,
+                   capture_output=True)
+
+
+def test_git_dirty_leaves_out_what_the_pipeline_writes(tmp_path):
+    """`dvc repro` in a fresh clone rewrites dvc.lock and the metrics and plots dvc.yaml names (committed, as DVC
+    metrics are): the run is still of a clean checkout. Any other tracked file changed: dirty."""
+    root = tmp_path / "clone"
+    (root / ".dvc").mkdir(parents=True)
+    (root / ".dvc" / "config").write_text("[core]\n    analytics = false\n")
+    (root / "dvc.yaml").write_text(PIPELINE)
+    written = {"dvc.lock": "schema: '2.0'\nstages: {}\n", "metrics/train_outcome_only.json": "{}",
+               "metrics/curve.csv": "step,reward\n", "reports/eval/index.html": "<p>"}
+    for name, text in {**written, "src.py": "x = 1\n", "params.yaml": "seed: 1\n"}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "a clone")
+    assert tracking.git_state(root)["git_dirty"] == "false"
+    for name, text in written.items():  # what `dvc repro` rewrites (foreach outputs resolved)
+        (root / name).write_text(text + "\n# rewritten")
+    state = tracking.git_state(root)
+    assert state["git_dirty"] == "false" and re.fullmatch(r"[0-9a-f]{40}", state["git_commit"])
+    (root / "params.yaml").write_text("seed: 2\n")  # an input: the run is not of the commit
+    assert tracking.git_state(root)["git_dirty"] == "true"
+    _git(root, "checkout", "params.yaml")
+    _git(root, "mv", "src.py", "moved.py")  # a rename counts too
+    assert tracking.git_state(root)["git_dirty"] == "true"
 
 
 def test_a_shown_uri_hides_passwords_query_values_and_secrets(monkeypatch):

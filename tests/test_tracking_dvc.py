@@ -85,3 +85,24 @@ def test_dvc_repro_is_one_pipeline_run_and_tags_match_dvc_lock(proj, tmp_path):
     assert set(rerun) == {"parent", "prepare"}  # a new `dvc repro`: a new pipeline run, holding what ran
     again = rerun["prepare"].data.tags["dvc_deps_md5"]
     assert again != first and again == tracking.locked_deps_md5(proj, "prepare")
+
+
+def test_the_inputs_hash_of_a_foreach_stage_covers_its_command(tmp_path):
+    """train@eg_grpo and train@outcome_only read the same files and params; only `--variant` differs. Their
+    dvc_deps_md5 differ, each equal to what dvc.lock records for that stage."""
+    root = tmp_path / "variants"
+    (root / ".dvc").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    (root / ".dvc" / "config").write_text("[core]\n    analytics = false\n")
+    (root / "src.py").write_text("x = 1\n")
+    stage = {"foreach": ["eg_grpo", "outcome_only"],
+             "do": {"cmd": "python -c \"open('out_${item}', 'w').write('--variant ${item}')\"",
+                    "deps": ["src.py"], "outs": ["out_${item}"]}}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": stage}}))
+    now = {v: tracking.stage_deps_md5(str(root), f"train@{v}") for v in ("eg_grpo", "outcome_only")}
+    assert "unknown" not in now.values() and now["eg_grpo"] != now["outcome_only"]
+    env = {k: v for k, v in os.environ.items() if k not in ("DVC_STAGE", "DVC_ROOT")}
+    p = subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=root, env={**env, "DVC_NO_ANALYTICS": "1"},
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {v: tracking.locked_deps_md5(root, f"train@{v}") for v in now} == now  # what dvc.lock records

@@ -6,6 +6,7 @@ metrics written onto the version the evaluated system really ran (by model finge
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import uuid
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from biocheck import tracking
-from biocheck.evaluate.compare import tag_registered_versions
+from biocheck.evaluate.compare import RUN_METRICS, tag_registered_versions
 from biocheck.pipeline import evaluate_stage, select_stage
 from biocheck.tracking import tracking_uri
 from tests.test_eval_stage import project  # noqa: F401 (fixture: prepared test splits, a scripted model)
@@ -68,17 +69,22 @@ def test_evaluation_metrics_go_onto_the_version_that_was_evaluated_only(register
     with tracking.context(registered_model=registered, aliases={"eg_grpo": "champion", "outcome_only": "challenger"}):
         assert tag_registered_versions(metrics, ran, "run-1") == ["champion"]
     tags = client.get_model_version(registered, champion.version).tags
-    assert {k: v for k, v in tags.items() if k.startswith("eval")} == {
-        "eval.scifact.n": "3", "eval.scifact.accuracy": "0.5", "eval.scifact.macro_f1": "0.25",
-        "eval_run": "runs:/run-1"}  # None (eqs) and nested numbers are left out
+    assert {k: v for k, v in tags.items() if k.startswith("eval")} == {"eval_run": "runs:/run-1"}
+    metrics = client.get_logged_model(tracking.version_model_id(champion)).metrics  # metrics of the logged model
+    assert {(m.key, m.value) for m in metrics} == {
+        ("scifact.n", 3), ("scifact.accuracy", 0.5), ("scifact.macro_f1", 0.25)}  # None (eqs), nested: left out
     challenger = client.get_model_version_by_alias(registered, "challenger")
     assert not [k for k in challenger.tags if k.startswith("eval")]
+    assert not client.get_logged_model(tracking.version_model_id(challenger)).metrics
     assert "is not the model outcome_only ran" in caplog.text
 
 
 def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(registered, client, monkeypatch):
     pid = f"test-{uuid.uuid4().hex}"
     monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    params["tracking"]["trace_samples"] = 2
+    Path("params.yaml").write_text(yaml.safe_dump(params))
     evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
     exp = client.get_experiment_by_name("biocheck-eval").experiment_id
     runs = client.search_runs([exp], filter_string=f"tags.pipeline_id = '{pid}'")
@@ -91,7 +97,6 @@ def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(regis
     splits = {d: project_split(d) for d in ("scifact", "healthfc")}
     logged = {i.dataset.name: i.dataset.digest for i in client.get_run(parent.info.run_id).inputs.dataset_inputs}
     assert logged == {f"{d}/test": hashlib.md5(p.read_bytes()).hexdigest() for d, p in splits.items()}
-    keys = None
     for name in pairs:
         run = client.get_run(by_name[name].info.run_id)
         _, system, dataset = name.split()
@@ -101,8 +106,32 @@ def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(regis
         assert tags["mlflow.parentRunId"] == parent.info.run_id and tags["model_fingerprint"] != "unknown"
         [inp] = run.inputs.dataset_inputs
         assert inp.dataset.name == f"{dataset}/test" and inp.dataset.digest == logged[f"{dataset}/test"]
-        assert keys is None or set(run.data.metrics) == keys  # the compare view lines them up
-        keys = set(run.data.metrics)
+        # system, dataset and model alias are params (compare-view axes), its own only: not every system's
+        alias = {"eg_grpo": "champion", "no_retrieval": "none"}[system]
+        params = run.data.params
+        assert (params["system"], params["dataset"], params["model_alias"]) == (system, dataset, alias)
+        assert tags["model_alias"] == alias and "systems" not in params and "datasets" not in params
+        assert set(run.data.metrics) == set(RUN_METRICS)  # the headline numbers only, the same keys everywhere
+        assert {"accuracy", "macro_f1", "eqs", "ehr", "n", "ehr_n", "eqs_n"} <= set(run.data.metrics)
+        details = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/metrics.json"))
+        assert details["metrics"]["accuracy"] == pytest.approx(run.data.metrics["accuracy"])
+        assert {"ci", "2way", "3way", "confusion"} <= details["metrics"].keys()  # the rest: an artifact
+        assert details["paired"]["n"] == (3 if dataset == "scifact" else 2) or system == "eg_grpo"
+        traces = mlflow.search_traces(run_id=run.info.run_id, return_type="list", flush=True)
+        assert len(traces) == 2  # tracking.trace_samples, set to 2 above; the datasets have 3 and 2 claims
+        root = next(s for t in traces for s in t.data.spans if s.parent_id is None)
+        assert root.outputs["conclusion"] == "SUPPORTED" and root.inputs["dataset"] == dataset
+
+
+def test_evaluate_tags_the_champion_version_it_ran(registered, client, monkeypatch):
+    """(The registry part: H1 of issue 31 owns tag_registered_versions and this test's expectations.)"""
+    pid = f"test-{uuid.uuid4().hex}"
+    monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
+    exp = client.get_experiment_by_name("biocheck-eval").experiment_id
+    runs = client.search_runs([exp], filter_string=f"tags.pipeline_id = '{pid}'")
+    by_name = {r.info.run_name: r for r in runs}
+    parent = by_name["evaluate"]
     # the scripted model is not the registered champion: its version keeps no evaluation tags ...
     champion = client.get_model_version_by_alias(registered, "champion")
     assert not [k for k in champion.tags if k.startswith("eval")]
@@ -112,9 +141,25 @@ def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(regis
     evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
     tags = client.get_model_version(registered, champion.version).tags
     accuracy = client.get_run(by_name["eval eg_grpo healthfc"].info.run_id).data.metrics["accuracy"]
-    assert float(tags["eval.healthfc.accuracy"]) == pytest.approx(accuracy) and tags["eval.scifact.n"] == "3"
+    logged = {m.key: m for m in client.get_logged_model(tracking.version_model_id(champion)).metrics}
+    assert logged["healthfc.accuracy"].value == pytest.approx(accuracy) and logged["scifact.n"].value == 3
+    assert logged["scifact.n"].dataset_name == "scifact/test"  # linked to the test split it was measured on
     assert tags["eval_run"].startswith("runs:/") and tags["eval_run"] != f"runs:/{parent.info.run_id}"  # the latest
 
 
 def project_split(dataset: str) -> Path:
     return Path("data") / "prepared" / dataset / "test.jsonl"
+
+
+def test_evaluating_the_challenger_is_logged_under_its_alias(registered, client, monkeypatch):
+    """`evaluate --model challenger` runs the eg_grpo system on the challenger's weights: its runs say so
+    (param and tag model_alias), so a filter on the champion's runs leaves them out."""
+    pid = f"test-{uuid.uuid4().hex}"
+    monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo"], model="challenger")
+    exp = client.get_experiment_by_name("biocheck-eval").experiment_id
+    scope = f"tags.pipeline_id = '{pid}' and params.system = 'eg_grpo'"
+    runs = client.search_runs([exp], filter_string=scope)
+    assert sorted(r.data.params["dataset"] for r in runs) == ["healthfc", "scifact"]
+    assert {(r.data.params["model_alias"], r.data.tags["model_alias"]) for r in runs} == {("challenger", "challenger")}
+    assert client.search_runs([exp], filter_string=f"{scope} and params.model_alias = 'champion'") == []

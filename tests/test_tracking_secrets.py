@@ -70,3 +70,20 @@ def test_a_shown_uri_masks_its_query_values_also_without_a_password(monkeypatch)
     shown = tracking.shown_uri("https://mlflow.example.org/api?token=tok-0a1b2c3d4e&run=7")
     assert shown == "https://mlflow.example.org/api?token=***&run=***"
     assert tracking.shown_uri("sqlite:////abs/mlflow.db") == "sqlite:////abs/mlflow.db"  # nothing to mask: as given
+
+
+def test_a_large_file_is_streamed_and_a_secret_across_two_chunks_is_still_found(tmp_path, monkeypatch):
+    """Model weights are never read into memory whole: a file over the text limit is scanned in chunks, copied
+    as it is when it holds no secret, and refused when one straddles a chunk boundary."""
+    secret = "sk-5ecret-openai-4e5f6a7b"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setattr(tracking, "_TEXT_MAX", 64)
+    monkeypatch.setattr(tracking, "_CHUNK", 32)
+    clean = tmp_path / "clean.bin"
+    clean.write_bytes(bytes(range(256)) * 4)
+    assert tracking.copy_redacted(clean, tmp_path / "out" / "clean.bin")
+    assert (tmp_path / "out" / "clean.bin").read_bytes() == clean.read_bytes()
+    straddling = tmp_path / "weights.bin"
+    straddling.write_bytes(b"\x00" * 20 + secret.encode() + b"\xff" * 200)  # bytes 20-45: chunks 0 and 1
+    assert not tracking.copy_redacted(straddling, tmp_path / "out" / "weights.bin")
+    assert not (tmp_path / "out" / "weights.bin").exists()

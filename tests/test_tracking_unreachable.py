@@ -98,6 +98,6 @@ def test_evaluate_writes_its_metrics_with_one_warning_line(project, monkeypatch)
     _mlflow_is_not_asked(monkeypatch)
     r = runner.invoke(app, ["evaluate", "--systems", "no_retrieval", "--no-progress"])
     _one_warning(r, "http://127.0.0.1:9/", "starting the evaluate run")
-    metrics = json.loads((project / "metrics" / "eval.json").read_text())
+    metrics = json.loads((project / "reports" / "eval_metrics.json").read_text())
     assert metrics["no_retrieval"]["scifact"]["n"] == 3
     assert (project / "eval" / "predictions" / "no_retrieval" / "healthfc.jsonl").is_file()

@@ -442,14 +442,16 @@ def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
     assert (tmp_path / "selected" / "model.safetensors").read_bytes() == _weights(20)
     assert not (tmp_path / "selected" / "optimizer.pt").exists()
     assert json.loads((tmp_path / "sel.json").read_text())["table"][2]["eval_reward"] == 0.5
-    assert (tmp_path / "curve.csv").read_text().splitlines()[:2] == ["step,train_reward,eval_reward", "0,,0.1"]
+    curve = (tmp_path / "curve.csv").read_text().splitlines()  # long format: no empty cell for DVC to draw as 0
+    assert curve[0] == "step,curve,reward" and "0,validation,0.1" in curve and not any(",," in r for r in curve)
     from mlflow import MlflowClient
 
     from biocheck.tracking import tracking_uri
 
     client = MlflowClient(tracking_uri())
     mv = client.get_model_version_by_alias("biocheck-test", "champion")
-    assert mv.tags["step"] == "20" and mv.tags["validation_reward"] == "0.5" and mv.source.endswith("selected")
+    assert mv.tags["step"] == "20" and mv.tags["validation_reward"] == "0.5"
+    assert mv.source.startswith("models:/m-")  # a logged model holding a copy, not the models/selected folder
     run = client.get_run(mv.run_id)  # the selection is its own tracked run
     assert run.info.run_name == "select eg_grpo" and run.data.tags["stage"] == "select"
     assert run.data.params == {"selected_step": "20"}
@@ -514,11 +516,13 @@ def test_selection_without_a_start_evaluation_and_the_reward_curve(tmp_path):
     assert result["selected_step"] == 10 and result["start_eval_reward"] is None and "registered" not in result
     assert "table" in json.loads((tmp_path / "sel.json").read_text())
     history = json.loads((ckpts / "checkpoint-10" / "trainer_state.json").read_text())["log_history"]
-    expected = [[str(step), str(next(h["reward"] for h in history if h["step"] == step and "reward" in h)),
-                 str(next(h["eval_reward"] for h in history if h["step"] == step and "eval_reward" in h))]
-                for step in (9, 10)]  # by step as a number
-    with open(tmp_path / "curve.csv", newline="") as f:
-        assert list(csv.reader(f)) == [["step", "train_reward", "eval_reward"], *expected, ["11", "0.125", ""]]
+    logged = {(h["step"], curve): str(h[key]) for h in history
+              for curve, key in (("train", "reward"), ("validation", "eval_reward")) if key in h}
+    expected = [[str(step), curve, logged[(step, curve)]] for curve in ("train", "validation")
+                for step in (9, 10, 11) if (step, curve) in logged]  # by step as a number
+    assert ("11", "train") in {(s, c) for s, c, _ in expected} and len(expected) == 5
+    with open(tmp_path / "curve.csv", newline="") as f:  # long format: step 11 has no validation row, no empty cell
+        assert list(csv.reader(f)) == [["step", "curve", "reward"], *expected]
 
 
 def test_select_with_only_unfinished_checkpoints_explains(tmp_path):

@@ -1,7 +1,7 @@
 """Bounds a Config field declares in its type: `epochs: Count = 3`.
 
-`biocheck.params.check_types` enforces them when a section of params.yaml is read, so a bad value fails at
-once with its key ("train.max_steps must be >= 1, not -5") rather than as a 192-step run, a model replaced
+`biocheck.params.check_types` has pydantic enforce them when a section of params.yaml is read, so a bad value
+fails at once with its key ("train.max_steps must be >= 1, not -5") rather than as a 192-step run, a model replaced
 by untrained weights, or a traceback an hour later. Plain `typing.Annotated` + annotated_types (pydantic's
 vocabulary), so a dataclass built in code is unaffected.
 """

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from biocheck import __version__
+from biocheck.orchestration.pr_comment import Outcome, Remote
 from biocheck.params import load_params, plain
 from biocheck.secrets import redact, redact_logs
 
@@ -29,7 +30,8 @@ app = typer.Typer(
 )
 data_app = typer.Typer(help="Datasets: fetch the official releases, prepare the splits, validate them.",
                        no_args_is_help=True, rich_markup_mode=None)
-profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes), smol (CPU, a real small model, ~80 min) and paper (GPU, full data).",
+profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes), smol (CPU, a real small model: about 80 min on 2 "
+                               "cores, the README's 59 min plus the judge_eqs and audit stages) and paper (GPU, full data).",
                           no_args_is_help=True, rich_markup_mode=None)
 evidence_app = typer.Typer(help="Evidence layer: the local search index and the evidence store.",
                            no_args_is_help=True, rich_markup_mode=None)
@@ -74,8 +76,25 @@ err.push_render_hook(_Redacting())
 PROFILES_DIR = Path("profiles")
 
 ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one section per stage).")]
+
+
+# Options with a fixed set of values show them in --help instead of `<str>`. The values are those of the
+# modules named (not imported here: `biocheck --help` stays fast); tests/test_cli_help.py checks that they agree.
+# The values are checked where they are used (the params' config or below), whose one-line error names the
+# option: a Click Choice would answer with its own multi-line usage error instead.
+VARIANTS = ("eg_grpo", "outcome_only")  # biocheck.rewards.components.Variant
+BACKENDS = ("local", "entrez", "replay")  # biocheck.pubmed.search.BACKENDS
+SEARCH_MODES = ("boolean", "bm25")  # biocheck.pubmed.local: LocalIndex.search(mode=...)
+FORMATS = ("md", "html", "json")  # _render
+GOLD_LABELS = ("SUPPORTED", "REFUTED", "NEI")  # biocheck.labels.Label's names
+
+
+def _choices(values: tuple[str, ...]) -> str:
+    return "|".join(values)
+
+
 VariantOpt = Annotated[str | None, typer.Option(
-    "--variant", help="Reward variant: eg_grpo or outcome_only [default: reward.variant]. A variant other than "
+    "--variant", metavar=_choices(VARIANTS), help="Reward variant: eg_grpo or outcome_only [default: reward.variant]. A variant other than "
                       "reward.variant (the outcome-only comparison) uses paths with a _<variant> suffix.")]
 
 
@@ -304,10 +323,11 @@ def search(
     batch: Annotated[Path | None, typer.Option(
         "--batch", help="Read one query per line from this file ('-' for stdin); one result per line out.")] = None,
     backend: Annotated[str | None, typer.Option(
-        help="local | entrez | replay [default: search.backend].")] = None,
+        metavar=_choices(BACKENDS), help="local (the built index), entrez (live PubMed), replay (recorded answers only) [default: "
+             "search.backend].")] = None,
     n: Annotated[int | None, typer.Option("-n", help="Papers per query, 1-10000 [default: search.max_results].")] = None,
     mode: Annotated[str | None, typer.Option(
-        help="boolean (PubMed syntax) | bm25 (free text, no Boolean filter) [default: search.mode].")] = None,
+        metavar=_choices(SEARCH_MODES), help="boolean (PubMed syntax) or bm25 (free text, no Boolean filter) [default: search.mode].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output: one object per query, one per line.")] = False,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
@@ -415,15 +435,16 @@ def judge_train(
 
 @app.command()
 def check(
+    ctx: typer.Context,
     claim: Annotated[str | None, typer.Argument(help="The claim to fact-check (or use --claims).")] = None,
     llm: Annotated[str | None, typer.Option(
         help="Model spec: transformers:<id|path>, openai:<model>, vllm:<model>, scripted:<file> [default: the "
              "selected checkpoint (select.out_dir) when there is one and agent.llm is the base model, else "
              "agent.llm].")] = None,
     search_backend: Annotated[str | None, typer.Option(
-        "--search", help="local | entrez | replay [default: search.backend].")] = None,
+        "--search", metavar=_choices(BACKENDS), help="Search backend (see `biocheck search --help`) [default: search.backend].")] = None,
     max_searches: Annotated[int | None, typer.Option(help="Search budget [default: agent.max_searches].")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Report format: md, html or json.")] = "md",
+    fmt: Annotated[str, typer.Option("--format", metavar=_choices(FORMATS), help="Report format.")] = "md",
     trace: Annotated[Path | None, typer.Option(help="Write the whole episode (trace) as JSON here.")] = None,
     claims: Annotated[Path | None, typer.Option(
         help="Batch: a JSONL file of claims (prepared records or {\"claim\": ...} per line).")] = None,
@@ -472,7 +493,7 @@ def check(
         _fail(f"the claim {text_problem(claim)}; give it as UTF-8 text.", code=2)
     if claims is not None and out is None:
         _fail("--claims needs --out DIR for the traces.", code=2)
-    if fmt not in ("md", "html", "json"):
+    if fmt not in FORMATS:
         _fail(f"--format must be md, html or json, not {fmt!r}.", code=2)
     # Refuse unusable outputs and inputs before the model loads and any episode runs.
     if out is not None and out.exists() and not out.is_dir():
@@ -497,12 +518,15 @@ def check(
                                         "(its summary.json is written when a batch ends); rerun the same command to "
                                         "resume: those claims are reused and the rest run.")
             _log_metrics(mlflow_log, summary, artifacts=out)
+            _log_traces(mlflow_log, folder=out)
             err.print(json.dumps(summary, indent=2), markup=False, highlight=False)
             if summary["failed"]:
                 first = summary["failed"][0]
                 _fail(f"{len(summary['failed'])} of {len(todo)} claims failed (listed under 'failed' in "
                       f"{out / 'summary.json'}; rerun to retry them); first: {first['id']}: {first['error']}")
             return
+        if not ctx.find_root().params.get("quiet"):
+            agent.on_search = _say_search  # one stderr line per search as it ends: a long claim shows life
         episode = _run(agent.run, claim)
         error = episode_error(episode)
         if error is not None:  # an empty report with exit 0 would read as "the model found nothing"
@@ -511,7 +535,19 @@ def check(
             _run(write_trace, episode, trace)
         _log_metrics(mlflow_log, {"searches": episode.searches, "parse_problems": len(episode.parse_problems)},
                      artifacts=trace)
+        _log_traces(mlflow_log, episode=episode)
     _echo(_render(episode, fmt, meta))
+
+
+def _say_search(n: int, budget: int, record) -> None:
+    """`search 2/5: "statin AND myopathy" -> 3 hits` (record: the agent's QueryRecord, None for a malformed call)."""
+    if record is None:
+        line = f"search {n}/{budget}: a malformed call (no query), not run"
+    else:
+        found = f"error: {record.error}" if record.error else f"{record.n_results} hit{'' if record.n_results == 1 else 's'}"
+        query = " ".join(record.query.split())  # one line, whatever the model wrote
+        line = f'search {n}/{budget}: "{query[:200]}{"…" if len(query) > 200 else ""}" -> {" ".join(found.split())}'
+    err.print(line, markup=False, highlight=False, soft_wrap=True, emoji=False)
 
 
 def _render(episode, fmt: str, meta: dict) -> str:
@@ -524,8 +560,9 @@ def _render(episode, fmt: str, meta: dict) -> str:
     if fmt == "json":
         return render_json(parsed, meta=meta)
     if fmt == "html":
-        return render_html(episode.report, episode.ledger, episode.claim, problems=episode.parse_problems, meta=meta)
-    text = render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim)
+        return render_html(episode.report, episode.ledger, episode.claim, problems=episode.parse_problems, meta=meta,
+                           queries=episode.queries)
+    text = render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim, queries=episode.queries)
     head = f"# BioCheck report\n\n**Claim:** {episode.claim}\n"
     if meta.get("model") and text.startswith(head):
         text = f"{head}\n**Model:** {meta['model']}\n{text[len(head):]}"
@@ -563,6 +600,19 @@ def _log_metrics(enabled: bool, metrics: dict, artifacts: Path | None = None) ->
         tracking.log_artifacts(artifacts, artifact_path="traces")  # secrets blanked from the copies
 
 
+def _log_traces(enabled: bool, episode=None, folder: Path | None = None) -> None:
+    """`check --mlflow`: the episode, or the first tracking.trace_samples of a batch, as MLflow traces."""
+    if not enabled:
+        return
+    from biocheck import tracking
+    from biocheck.agent.tracing import log_episode, log_folder
+
+    if episode is not None:
+        log_episode(episode)
+    elif folder is not None:
+        log_folder(folder, tracking.current().config.trace_samples)
+
+
 # --- rewards ---------------------------------------------------------------------------------------
 
 @app.command()
@@ -571,8 +621,8 @@ def score(
     traces: Annotated[Path | None, typer.Option(help="Score every trace in this folder and aggregate.")] = None,
     judge: Annotated[str | None, typer.Option(
         help="Judge model spec (transformers:<path>, openai:<model>, none) [default: reward.judge].")] = None,
-    gold: Annotated[str | None, typer.Option(help="Gold label (SUPPORTED, REFUTED, NEI) [default: the trace's].")] = None,
-    variant: Annotated[str | None, typer.Option(help="eg_grpo or outcome_only [default: reward.variant].")] = None,
+    gold: Annotated[str | None, typer.Option(metavar=_choices(GOLD_LABELS), help="Gold label [default: the trace's].")] = None,
+    variant: Annotated[str | None, typer.Option(metavar=_choices(VARIANTS), help="Reward variant [default: reward.variant].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     out: Annotated[Path | None, typer.Option(help="With --traces: also write the aggregate JSON here.")] = None,
     params: ParamsOpt = Path("params.yaml"),
@@ -653,7 +703,7 @@ def train(
     variant: VariantOpt = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
-    """Train the agent with EG-GRPO (TRL GRPOTrainer) from models/base.
+    """Train the agent with EG-GRPO (TRL GRPOTrainer) from the warm start in models/sft.
 
     Starts from the supervised warm start of `biocheck sft` (train.sft.enabled; trained first when
     models/sft does not hold one of the same inputs), else from models/base. Rollouts run the agent's own tool loop (same prompts, tool,
@@ -712,7 +762,7 @@ def evaluate(
     limit: Annotated[int | None, typer.Option(help="First N claims per dataset [default: evaluate.limit].")] = None,
     workers: Annotated[int | None, typer.Option(help="Claims in flight per system [default: evaluate.workers].")] = None,
     out: Annotated[Path | None, typer.Option(
-        help="Ad-hoc run: write everything under this folder instead of eval/, metrics/ and reports/eval/.")] = None,
+        help="Ad-hoc run: write everything under this folder instead of eval/, metrics/ and reports/.")] = None,
     model: Annotated[str | None, typer.Option(
         help="The model the eg_grpo system runs: champion (the selected EG-GRPO checkpoint), challenger (the "
              "selected outcome-only one), base, a model folder, or a backend spec such as openai:NAME "
@@ -728,15 +778,12 @@ def evaluate(
     (the selected outcome-only GRPO checkpoint), no_retrieval, pmsearch (the agent's graph, label only),
     cer (BM25 retrieve-then-verify), fire (iterative search and verify); see docs/evaluation.md. Each
     episode is cached per (system fingerprint, claim), so a rerun computes only what is missing.
-    Writes eval/predictions/<system>/<dataset>.jsonl, metrics/eval.json (accuracy, macro P/R/F1,
+    Writes eval/predictions/<system>/<dataset>.jsonl, reports/eval_metrics.json (accuracy, macro P/R/F1,
     parse / citing / grounded rates, EHR over citing reports, micro-EHR, EQS per side, SciFact rationale
-    scores, each with its interval and n), metrics/eval_paired.json (eg_grpo against each system, paired by
-    claim: bootstrap differences with p and the minimum detectable difference, McNemar), plot data, the
-    gallery reports/eval/index.html, and one MLflow run per system and dataset (experiment biocheck-eval).
-
-    Examples:
-      biocheck evaluate --systems eg_grpo,outcome_only --datasets scifact --limit 50 --out runs/cmp
-      biocheck evaluate --eqs-judge transformers:models/judge_eqs --out runs/second-judge
+    scores, each with its interval and n), reports/eval_paired.json (eg_grpo against each system, paired by
+    claim: bootstrap differences with p and the minimum detectable difference, McNemar), the headline
+    numbers DVC shows (metrics/eval/<dataset>/<system>.json), plot data, the gallery
+    reports/eval/index.html, and one MLflow run per system and dataset (experiment biocheck-eval).
     """
     from biocheck.pipeline import evaluate_stage
 
@@ -772,7 +819,8 @@ def reward_audit(
         help="Score with this judge instead of reward.judge (a spec such as transformers:models/judge_eqs); "
              "the sampled episodes are cached, so comparing judges generates nothing twice.")] = None,
     metrics_path: Annotated[Path | None, typer.Option(
-        "--out", help="Where the audit's JSON goes [default: audit.metrics_path, metrics/reward_audit.json].")] = None,
+        "--out", help="Ad-hoc run: write the audit's JSON here, and no DVC metrics [default: audit.report_path, "
+                      "reports/reward_audit.json, and its headline audit.metrics_path].")] = None,
     workers: Annotated[int | None, typer.Option(help="Episodes in flight [default: audit.workers].")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
@@ -782,16 +830,13 @@ def reward_audit(
     the share of groups in which R_outcome, R_search, R_evidence and R_hallucination vary (GRPO learns only
     from those), the judge's credit for a gold paper filed on the right vs the wrong side, and the
     R_evidence distribution. Warns in one line when R_evidence varies in fewer than audit.min_signal of
-    either label's groups. Writes metrics/reward_audit.json and an MLflow run `reward audit`.
-
-    Examples:
-      biocheck reward audit                       # the profile's audit (DVC stage `audit`)
-      biocheck reward audit --judge transformers:models/judge_eqs --out /tmp/audit_other_judge.json
+    either label's groups. Writes reports/reward_audit.json, its headline numbers metrics/reward_audit.json
+    and an MLflow run `reward audit`.
     """
     from biocheck.evaluate.audit import summary_line
     from biocheck.pipeline import audit_stage
 
-    result = _run(audit_stage, params, judge=judge, claims=claims, metrics_path=metrics_path, workers=workers,
+    result = _run(audit_stage, params, judge=judge, claims=claims, out=metrics_path, workers=workers,
                   progress=progress and sys.stderr.isatty(),
                   on_interrupt="interrupted; the sampled episodes that finished are kept (audit.out_dir); rerun the "
                                "same command to reuse them and sample the rest.")
@@ -813,12 +858,20 @@ def report_pr(
     artifact_url: Annotated[str | None, typer.Option(
         "--artifact-url", help="Link to the uploaded evaluation gallery.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the Markdown here (atomically) [default: stdout].")] = None,
+    repro_outcome: Annotated[Outcome, typer.Option(
+        "--repro-outcome", help="How `dvc repro` ended (GitHub's steps.<id>.outcome); not success: a comment "
+                                "that names the failed stage and shows the end of --repro-log.")] = Outcome.SUCCESS,
+    repro_log: Annotated[Path | None, typer.Option(
+        "--repro-log", help="What `dvc repro` printed (the workflow tees it to a file).")] = None,
+    remote: Annotated[Remote | None, typer.Option(
+        help="What the DVC pull found: none (no remote: everything recomputed), pulled, failed; the stage list "
+             "then leaves out the files that were merely missing [default: list every change].")] = None,
 ) -> None:
     """Write the pull-request evaluation comment (Markdown) comparing the working tree with --base.
 
     Holds: a hidden marker line (the workflow updates the comment carrying it), one row per system and
-    dataset with accuracy, macro-F1, EQS and EHR and their signed change against metrics/eval.json at
-    --base (`git show`), the paired tests of metrics/eval_paired.json, the stages --status says were out
+    dataset with accuracy, macro-F1, EQS and EHR and their signed change against reports/eval_metrics.json
+    at --base (`git show`), the paired tests of reports/eval_paired.json, the stages --status says were out
     of date, the link --artifact-url, and `dvc metrics diff BASE --md` in a collapsed block. Run it after
     `dvc repro evaluate`. When the base ref does not exist or either side has no metrics, the comment is
     still written and says what is missing; the command then prints one error line and exits 1.
@@ -826,7 +879,8 @@ def report_pr(
     from biocheck.io import write_text_atomic
     from biocheck.orchestration.pr_comment import PrCommentConfig, build
 
-    comment = build(PrCommentConfig(base=base, status_path=status, artifact_url=artifact_url))
+    comment = build(PrCommentConfig(base=base, status_path=status, artifact_url=artifact_url,
+                                    repro_outcome=repro_outcome, repro_log=repro_log, remote=remote))
     if out is None:
         _echo(comment.markdown, nl=False)
     else:
@@ -862,7 +916,7 @@ def profile_list(params: ParamsOpt = Path("params.yaml")) -> None:
 
 @profile_app.command("use")
 def profile_use(
-    name: Annotated[str, typer.Argument(help="Profile name: a file profiles/NAME.yaml.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Profile name: a file profiles/NAME.yaml.")],
     params: ParamsOpt = Path("params.yaml"),
     force: Annotated[bool, typer.Option(help="Replace a parameters file whose edits are in no profile.")] = False,
 ) -> None:
@@ -902,6 +956,71 @@ def profile_show(params: ParamsOpt = Path("params.yaml")) -> None:
     """Print the active parameters as JSON."""
 
     _echo(json.dumps(_run(load_params, params), indent=2))
+
+
+# --- an example in every --help ----------------------------------------------------------------------
+
+# One or more command lines per command, printed at the end of its --help (tests/test_cli_help.py checks that
+# every command has one and that its options exist).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "": ('biocheck check "Vitamin D supplementation prevents fractures in older adults."',),
+    "version": ("biocheck version",),
+    "search": ("biocheck search '(statin OR statins) AND myopathy[tiab]' --backend local -n 5",),
+    "check": ('biocheck check "Aspirin lowers the risk of a first heart attack." --search replay --trace trace.json',
+              "biocheck check --claims data/prepared/scifact/test.jsonl --out runs/check --workers 4"),
+    "score": ("biocheck score trace.json --json", "biocheck score --traces runs/check --out runs/check/scores.json"),
+    "sft": ("biocheck sft --no-progress",),
+    "train": ("biocheck train --variant outcome_only --max-steps 2 --out-dir /tmp/ckpt",),
+    "select": ("biocheck select --variant outcome_only --no-register",),
+    "evaluate": ("biocheck evaluate --systems eg_grpo,outcome_only --datasets scifact --limit 50 --out runs/cmp",
+                 "biocheck evaluate --model challenger --out runs/challenger",
+                 "biocheck evaluate --eqs-judge transformers:models/judge_eqs --out runs/second-judge"),
+    "data fetch": ("BIOCHECK_DATA_MIRROR=/mnt/mirror biocheck data fetch", "biocheck data fetch --force"),
+    "data prepare": ("biocheck data prepare --out-dir /tmp/prepared",),
+    "data validate": ("biocheck data validate --report /tmp/validation.json",),
+    "evidence build": ("biocheck evidence build --baseline 'pubmed/pubmed25n*.xml.gz'",),
+    "evidence stats": ("biocheck evidence stats",),
+    "evidence refresh": ("biocheck evidence refresh --limit 100",),
+    "model init": ("biocheck model init --base tiny --out-dir /tmp/base",),
+    "judge train": ("biocheck judge train --eqs",),
+    "profile list": ("biocheck profile list",),
+    "profile use": ("biocheck profile use smol",),
+    "profile show": ("biocheck profile show --params profiles/paper.yaml",),
+    "reward audit": ("biocheck reward audit                       # the profile's audit (DVC stage `audit`)",
+                     "biocheck reward audit --judge transformers:models/judge_eqs --out /tmp/audit_other_judge.json"),
+    "report pr": ("dvc status --json > /tmp/status.json && dvc repro evaluate",
+                  "biocheck report pr --base origin/main --status /tmp/status.json --out comment.md"),
+}
+
+
+class _Command(typer.core.TyperCommand):
+    """Typer writes a required argument as `{NAME}` in the usage line, which reads as a template left unfilled:
+    write it as NAME, as Click does."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        import re
+
+        return [re.sub(r"\{([\w.-]+)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
+def _epilog(key: str) -> str | None:
+    lines = EXAMPLES.get(key)
+    # \b: Click prints the paragraph as written instead of re-wrapping the lines into one.
+    return "\b\nExample:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+
+
+def _with_examples(typer_app: typer.Typer, prefix: str = "") -> None:
+    for info in typer_app.registered_commands:
+        key = f"{prefix}{info.name or info.callback.__name__.replace('_', '-')}"
+        info.epilog = info.epilog or _epilog(key)
+        if info.cls in (None, typer.core.TyperCommand):  # a command's own class is kept
+            info.cls = _Command
+    for group in typer_app.registered_groups:
+        _with_examples(group.typer_instance, f"{prefix}{group.name} ")
+
+
+app.info.epilog = _epilog("")
+_with_examples(app)
 
 
 if __name__ == "__main__":

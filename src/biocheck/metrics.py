@@ -9,7 +9,10 @@ Everything returned is plain JSON numbers, ready for DVC metrics.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -85,35 +88,83 @@ def classification_metrics(gold: Sequence[Label | str], pred: Sequence[Label | s
     }
 
 
+BCA = "BCa bootstrap"  # the interval method, as records and docs name it
+DEGENERATE = "degenerate: every resample equal"  # BCa is undefined; the interval is the point
+PERCENTILE = "percentile bootstrap (BCa undefined)"  # BCa is NaN on non-constant resamples (a ratio over no claim)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A bootstrap interval, the method that made it, and the resampled statistic (for paired p and MDD)."""
+
+    lo: float
+    hi: float
+    method: str
+    distribution: np.ndarray
+
+
+def bootstrap(statistic: Callable[..., np.ndarray], data: Sequence[np.ndarray], n_resamples: int = 1000,
+              seed: int = 0, level: float = 0.95) -> Interval | None:
+    """scipy.stats.bootstrap's BCa interval of `statistic(*data, axis=-1)` (vectorized), the arrays of `data`
+    resampled together (paired: one row per claim), seeded. None without two claims or resamples. Where BCa
+    is undefined, the interval says so in `method`: the point itself when every resample is equal (all claims
+    alike), else the percentile interval of the finite resamples."""
+    from scipy.stats import bootstrap as scipy_bootstrap
+
+    arrays = [np.asarray(d) for d in data]
+    if n_resamples < 1 or arrays[0].shape[-1] < 2:
+        return None
+    with warnings.catch_warnings():  # a degenerate BCa is handled below, not warned about
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = scipy_bootstrap(arrays, statistic, n_resamples=n_resamples, vectorized=True, paired=True, axis=-1,
+                              confidence_level=level, method="BCa", rng=np.random.default_rng(seed))
+    dist = np.asarray(res.bootstrap_distribution, dtype=float)
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if math.isfinite(lo) and math.isfinite(hi):
+        return Interval(lo, hi, BCA, dist)
+    finite = dist[np.isfinite(dist)]
+    if finite.size == 0:
+        return None
+    if np.ptp(finite) == 0:
+        return Interval(float(finite[0]), float(finite[0]), DEGENERATE, dist)
+    return Interval(*_interval(finite, level), PERCENTILE, dist)
+
+
+def macro_score(name: str, k: int) -> Callable[..., np.ndarray]:
+    """A vectorized statistic: gold and predicted label indices ([..., n], `_encode`'s) -> accuracy or the
+    macro average of `name` ("precision", "recall", "f1") over k labels, for each leading index."""
+
+    def statistic(g: np.ndarray, p: np.ndarray, axis: int = -1) -> np.ndarray:
+        lead, n = g.shape[:-1], g.shape[-1]
+        r = int(np.prod(lead))
+        cells = (g * (k + 1) + p).reshape(r, n) + np.arange(r)[:, None] * (k * (k + 1))
+        cm = np.bincount(cells.ravel(), minlength=r * k * (k + 1)).reshape(r, k, k + 1)
+        s = _scores(cm)
+        return (s[name] if name == "accuracy" else s[name].mean(-1)).reshape(lead)
+
+    return statistic
+
+
 def bootstrap_ci(gold: Sequence[Label | str], pred: Sequence[Label | str | None],
                  labels: Sequence[str] = LABEL_SETS["3way"], n_resamples: int = 1000, seed: int = 0,
                  level: float = 0.95) -> dict[str, tuple[float, float]]:
-    """Percentile bootstrap intervals (episodes resampled with replacement, seeded) for accuracy and macro P/R/F1."""
+    """BCa bootstrap intervals (episodes resampled with replacement, seeded) for accuracy and macro P/R/F1."""
     labels = [_name(x) for x in labels]
     g, p = _encode(gold, pred, labels)
-    k, n = len(labels), len(g)
-    if n == 0 or n_resamples < 1:
-        return {}
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_resamples, n))
-    cells = g[idx] * (k + 1) + p[idx]  # [resamples, n] confusion-cell ids
-    offsets = np.arange(n_resamples)[:, None] * (k * (k + 1))
-    cm = np.bincount((cells + offsets).ravel(), minlength=n_resamples * k * (k + 1)).reshape(n_resamples, k, k + 1)
-    s = _scores(cm)
-    values = {"accuracy": s["accuracy"], "macro_precision": s["precision"].mean(-1),
-              "macro_recall": s["recall"].mean(-1), "macro_f1": s["f1"].mean(-1)}
-    return {name: _interval(v, level) for name, v in values.items()}
+    out = {}
+    for metric, score in (("accuracy", "accuracy"), ("macro_precision", "precision"), ("macro_recall", "recall"),
+                          ("macro_f1", "f1")):
+        ci = bootstrap(macro_score(score, len(labels)), (g, p), n_resamples, seed, level)
+        if ci is not None:
+            out[metric] = (ci.lo, ci.hi)
+    return out
 
 
 def bootstrap_mean_ci(values: Sequence[float], n_resamples: int = 1000, seed: int = 0,
                       level: float = 0.95) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of a mean (None for no values)."""
-    x = np.asarray(list(values), dtype=float)
-    if x.size == 0 or n_resamples < 1:
-        return None
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(n_resamples, x.size))].mean(-1)
-    return _interval(means, level)
+    """BCa bootstrap interval of a mean (None for fewer than two values)."""
+    ci = bootstrap(np.mean, (np.asarray(list(values), dtype=float),), n_resamples, seed, level)
+    return None if ci is None else (ci.lo, ci.hi)
 
 
 def _interval(v: np.ndarray, level: float) -> tuple[float, float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import types
 import typing
 from collections.abc import Mapping
@@ -154,26 +155,23 @@ def check_types(cls: type, values: dict[str, Any], prefix: str = "") -> None:
     Path, or one of them | None) or breaks the field's declared bound (`Count`, `Positive`, ...); containers
     are left to the Config's own checks. `prefix` names a nested section in the message ("sft.")."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    for key, value in values.items():
-        hint = hints.get(key)
-        allowed = _simple(hint)
-        if allowed is None or (value is None and type(None) in allowed):
+    for key, errors in _field_errors(cls, values).items():
+        allowed = _simple(hints[key])
+        if allowed is None:
             continue
-        if not _fits(value, allowed):
-            raise ValueError(f"{prefix}{key} must be {' or '.join(_NAMES[t] for t in allowed)}, not {value!r}")
-        for bound in _bounds(hint):
-            if not bound[1](value):
-                raise ValueError(f"{prefix}{key} must be {bound[0]}, not {value!r}")
+        bound = next((_BOUNDS[e["type"]] for e in errors if e["type"] in _BOUNDS), None)
+        if bound is None:  # the type, not a bound: pydantic checks bounds only once the type fits
+            raise ValueError(f"{prefix}{key} must be {' or '.join(_NAMES[t] for t in allowed)}, not {values[key]!r}")
+        raise ValueError(f"{prefix}{key} must be {bound[0]} {_limit(hints[key], bound)}, not {values[key]!r}")
 
 
 def check_containers(cls: type, values: dict[str, Any], prefix: str = "") -> None:
     """ValueError naming the key when a container field's value has the wrong shape (a None where a dict of
     lists belongs, a "3" in a dict of ints)."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    for key, value in values.items():
-        hint = hints.get(key)
-        if hint is not None and _simple(hint) is None and not _fits_container(hint, value):
-            raise ValueError(f"{prefix}{key} must be {_shown_type(hint)}, not {value!r:.80}")
+    for key in _field_errors(cls, values):
+        if _simple(hints[key]) is None:
+            raise ValueError(f"{prefix}{key} must be {_shown_type(hints[key])}, not {values[key]!r:.80}")
 
 
 def check_nested(cls: type, values: dict[str, Any], name: str) -> None:
@@ -186,51 +184,92 @@ def check_nested(cls: type, values: dict[str, Any], name: str) -> None:
     check_types(cls, values, prefix=f"{name}.")
 
 
+def _field_errors(cls: type, values: dict[str, Any]) -> dict[str, list[Any]]:
+    """pydantic's errors for each given field of `cls`, by key, in the order of `values`. Strict, as YAML
+    gives typed values: "3" is no int, true no number, None no dict; a path may be a non-empty string."""
+    import pydantic
+
+    given = {k: v for k, v in values.items() if k in _fields_adapter(cls)[1]}
+    try:
+        _fields_adapter(cls)[0].validate_python(given, strict=True)
+    except pydantic.ValidationError as e:
+        found: dict[str, list[Any]] = {}
+        for err in e.errors():
+            found.setdefault(str(err["loc"][0]), []).append(err)
+        return {k: found[k] for k in values if k in found}
+    return {}
+
+
 @functools.cache
-def _adapter(hint: Any) -> Any:
-    """pydantic's validator for a container hint (dict[str, list[str]], ...); None when it has none."""
+def _fields_adapter(cls: type) -> tuple[Any, frozenset[str]]:
+    """A pydantic validator of the fields of Config `cls` that pydantic knows how to check (all fields
+    optional: defaults are the dataclass's), and their names."""
+    import pydantic
+    import typing_extensions
+
+    hints = {k: _for_pydantic(h) for k, h in typing.get_type_hints(cls, include_extras=True).items()
+             if k in {f.name for f in dataclasses.fields(cls)}}  # type: ignore[arg-type]
+    known = {k: h for k, h in hints.items() if _validates(h)}
+    # typing_extensions' TypedDict (pydantic's own dependency): pydantic refuses typing's before Python 3.12
+    shape = typing_extensions.TypedDict(f"{cls.__name__}Fields", {k: typing.NotRequired[h] for k, h in known.items()})  # type: ignore[misc]
+    return pydantic.TypeAdapter(shape), frozenset(known)
+
+
+def _validates(hint: Any) -> bool:
     import pydantic
 
     try:
-        return pydantic.TypeAdapter(hint)
+        pydantic.TypeAdapter(hint)
     except (pydantic.PydanticSchemaGenerationError, TypeError):
-        return None
-
-
-def _fits_container(hint: Any, value: Any) -> bool:
-    """Whether `value` has the shape a container field declares (strict: "3" is no int, None no dict), so a
-    Config's own checks never meet a None where they iterate a dict."""
-    import pydantic
-
-    adapter = _adapter(hint)
-    if adapter is None:
-        return True
-    try:
-        adapter.validate_python(value, strict=True)
-    except pydantic.ValidationError:
         return False
     return True
+
+
+def _non_empty_path(value: Any) -> Any:
+    """A Path, or a non-empty string made one (YAML has no path type); "" would be Path("."), the current
+    folder, where no output may be written."""
+    if isinstance(value, str) and value.strip():
+        return Path(value)
+    if isinstance(value, Path):
+        return value
+    raise ValueError("a non-empty path")
+
+
+def _for_pydantic(hint: Any) -> Any:
+    """`hint` with each Path made `_path_type()` (inside Annotated and unions too)."""
+    if hint is Path:
+        return _path_type()
+    if typing.get_origin(hint) is Annotated:
+        base, *meta = typing.get_args(hint)
+        return Annotated[(_for_pydantic(base), *meta)]  # type: ignore[valid-type]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return functools.reduce(operator.or_, (_for_pydantic(a) for a in typing.get_args(hint)))
+    return hint
+
+
+@functools.cache
+def _path_type() -> Any:
+    """A Path or a non-empty string, even in strict mode."""
+    import pydantic
+
+    return Annotated[Path, pydantic.BeforeValidator(_non_empty_path)]
 
 
 def _shown_type(hint: Any) -> str:
     return str(hint).replace("typing.", "").replace("NoneType", "null")
 
 
-def _bounds(hint: Any) -> list[tuple[str, Any]]:
-    """(what, test) for each annotated_types bound in `hint` (also inside `X | None`)."""
+# pydantic's bound errors: what the message says, and the annotated_types class whose value it names
+_BOUNDS = {"greater_than_equal": (">=", at.Ge, "ge"), "greater_than": (">", at.Gt, "gt"),
+           "less_than_equal": ("<=", at.Le, "le"), "less_than": ("<", at.Lt, "lt")}
+
+
+def _limit(hint: Any, bound: tuple[str, type, str]) -> Any:
+    """The value of the bound that `hint` declares (also inside `X | None`), as written: pydantic's own
+    error says `0.0` for a float field's `Gt(0)`."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return [b for arg in typing.get_args(hint) for b in _bounds(arg)]
-    out: list[tuple[str, Any]] = []
-    for m in getattr(hint, "__metadata__", ()):
-        if isinstance(m, at.Ge):
-            out.append((f">= {m.ge}", lambda v, x=m.ge: v >= x))
-        elif isinstance(m, at.Gt):
-            out.append((f"> {m.gt}", lambda v, x=m.gt: v > x))
-        elif isinstance(m, at.Le):
-            out.append((f"<= {m.le}", lambda v, x=m.le: v <= x))
-        elif isinstance(m, at.Lt):
-            out.append((f"< {m.lt}", lambda v, x=m.lt: v < x))
-    return out
+        return next((b for arg in typing.get_args(hint) if (b := _limit(arg, bound)) is not None), None)
+    return next((getattr(m, bound[2]) for m in getattr(hint, "__metadata__", ()) if isinstance(m, bound[1])), None)
 
 
 _NAMES = {int: "an int", float: "a number", bool: "true or false", str: "a string", Path: "a non-empty path",
@@ -248,21 +287,3 @@ def _simple(hint: Any) -> tuple[type, ...] | None:
         if all(a in _SIMPLE or a is type(None) for a in args):
             return args
     return None
-
-
-def _fits(value: Any, allowed: tuple[type, ...]) -> bool:
-    for t in allowed:
-        if t is type(None):
-            continue
-        if t is bool:
-            if isinstance(value, bool):
-                return True
-        elif t in (int, float):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and (t is float or isinstance(value, int)):
-                return True
-        elif t is Path:  # "" would be Path("."), the current folder: no output may be written "there"
-            if isinstance(value, Path) or (isinstance(value, str) and value.strip()):
-                return True
-        elif isinstance(value, t):
-            return True
-    return False

@@ -395,6 +395,7 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
         out = Path(out)
         cfg.out_dir, cfg.report_dir, cfg.plots_dir = out, out / "gallery", out / "plots"
         cfg.metrics_path, cfg.paired_path = out / "eval.json", out / "eval_paired.json"
+        cfg.headline_dir = out / "headline"  # <dataset>/<system>.json, as metrics/eval/ holds them
     agent_cfg, search_cfg = agent_config(p), search_config(p)
     models = eval_models(p)
     maker = {name: name for name in cfg.systems}  # whose `dvc repro` command makes the model a system runs
@@ -416,6 +417,17 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
     return EvalSetup(cfg, systems, claims)
 
 
+def _model_alias(model: str, registered: str) -> str:
+    """The alias a --model value names: an alias itself, or `models:/<registered>@<alias>`; else "none"."""
+    if model in MODEL_ALIASES:
+        return model
+    name, sep, alias = model.removeprefix("transformers:").removeprefix("models:/").partition("@")
+    if model.removeprefix("transformers:").startswith("models:/") and sep and name == registered \
+            and alias in MODEL_ALIASES:
+        return alias
+    return "none"
+
+
 def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
                    out: Path | str | None = None, model: str | None = None, **overrides: Any) -> dict:
     """Every system in evaluate.systems on every dataset in evaluate.datasets; `out` puts every output of an
@@ -424,8 +436,14 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
     from biocheck.evaluate.stage import evaluate
 
     p = params_of(params)
-    aliases = {system: alias for alias, system in MODEL_ALIASES.items() if alias != "base"}
-    track = tracked(p, registered_model=select_config(p).registered_model, aliases=aliases)
+    registered = select_config(p).registered_model
+    # the alias of the model each evaluated system ran (MLflow param and tag `model_alias`; baselines: none):
+    # `--model challenger` and `--model models:/<registered>@challenger` both ran the challenger
+    ran = {system: alias for alias, system in MODEL_ALIASES.items()}
+    ran["eg_grpo"] = "champion" if model is None else _model_alias(model, registered)
+    # the registered versions the evaluation's metrics may go onto: each system's own alias
+    aliases = {system: alias for system, alias in ran.items() if alias in MODEL_ALIASES and alias != "base"}
+    track = tracked(p, registered_model=registered, aliases=aliases, model_aliases=ran)
     setup = evaluate_setup(p, out=out, model=model, **overrides)
     scorer, about = eval_scorer(p, setup.cfg)
     # MLflow (evaluate/compare.log_mlflow): a run `evaluate` with one child per (system, dataset) in the eval
@@ -530,18 +548,23 @@ def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
                       papers=papers, about=about, gold_claims=train)
 
 
-def audit_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str | None = None, **overrides: Any) -> dict:
-    """`biocheck reward audit`: metrics/reward_audit.json (and MLflow, experiment `train`, run `reward audit`)."""
+def audit_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str | None = None,
+                out: Path | str | None = None, **overrides: Any) -> dict:
+    """`biocheck reward audit`: reports/reward_audit.json and its headline metrics/reward_audit.json (and
+    MLflow, experiment `train`, run `reward audit`). `out`: an ad-hoc run writes the summary there and no
+    headline (DVC's metrics stay the pipeline's)."""
     from biocheck.evaluate.audit import audit
 
     run = StageRun.of(params)
     setup = audit_setup(run.p, judge=judge, **overrides)
+    if out is not None:
+        setup.cfg.report_path, setup.cfg.metrics_path = Path(out), None
     result = audit(setup)
     with run.record("audit", run_name="reward audit", tags={"warnings": str(len(result["warnings"]))},
                     audit=setup.cfg, **setup.about):
         tracking.log_metrics({k: result[k] for k in ("groups_varying", "judge_credit", "evidence", "means")},
                              prefix="audit")
-        tracking.log_artifacts(setup.cfg.metrics_path)
+        tracking.log_artifacts(setup.cfg.report_path)
     return result
 
 

@@ -22,15 +22,17 @@ import random
 import secrets
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Self, TypeVar
+
+import tenacity
 
 T = TypeVar("T")
 
 
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+_BUSY_WAIT = tenacity.wait_exponential(multiplier=0.01, max=0.5)  # another writer usually finishes in ms
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -185,16 +187,18 @@ class SQLiteDB:
     # -- transactions --------------------------------------------------------------------------
 
     def _retry(self, fn: Callable[[], T], what: str) -> T:
-        deadline, pause = time.monotonic() + self.lock_timeout, 0.01
-        while True:
-            try:
-                return fn()
-            except sqlite3.DatabaseError as exc:  # OperationalError (busy, locked ...) is one of these
-                busy = isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
-                if not busy or time.monotonic() > deadline:
-                    raise self._failure(what, exc) from None
-            time.sleep(pause * random.uniform(0.5, 1.5))
-            pause = min(pause * 2, 0.5)
+        """`fn()`, retried while the database is locked/busy (waits from 10 ms doubling to 0.5 s, jittered)
+        until `lock_timeout`; any other database error, or the last busy one, as `self.error`."""
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_delay(self.lock_timeout),
+            wait=lambda state: _BUSY_WAIT(state) * random.uniform(0.5, 1.5),
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError) and is_busy(e)),
+            reraise=True,
+        )
+        try:
+            return retrying(fn)
+        except sqlite3.DatabaseError as exc:  # OperationalError (busy, locked ...) is one of these
+            raise self._failure(what, exc) from None
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run `body` in one BEGIN IMMEDIATE transaction; all or nothing; retried while busy."""

@@ -59,6 +59,7 @@ class TrackingConfig:
     """`tracking:` in params.yaml. No DVC stage lists it as a param: renaming an experiment reruns nothing."""
 
     experiments: dict[str, str] = field(default_factory=lambda: dict(EXPERIMENTS))  # purpose -> experiment name
+    trace_samples: int = 3  # episodes per evaluated system and dataset logged as MLflow traces (0: none)
 
     def __post_init__(self) -> None:
         if not isinstance(self.experiments, dict):
@@ -71,6 +72,8 @@ class TrackingConfig:
             if not isinstance(name, str) or not name.strip():
                 raise ValueError(f"experiments.{purpose} must be a non-empty experiment name, not {name!r}")
         self.experiments = {**EXPERIMENTS, **{k: v.strip() for k, v in self.experiments.items()}}
+        if isinstance(self.trace_samples, bool) or not isinstance(self.trace_samples, int) or self.trace_samples < 0:
+            raise ValueError(f"trace_samples must be a whole number >= 0 (0: no traces), not {self.trace_samples!r}")
 
 
 @dataclass
@@ -82,6 +85,7 @@ class Context:
     prepared_dir: Path | None = None  # the prepared splits (datasets logged with `log_dataset`)
     registered_model: str | None = None  # select.registered_model: evaluate tags its versions
     aliases: dict[str, str] = field(default_factory=dict)  # evaluated system -> its registry alias
+    model_aliases: dict[str, str] = field(default_factory=dict)  # evaluated system -> alias of the model it ran
 
 
 _context = Context()
@@ -174,6 +178,13 @@ def _unusable(uri: str) -> str | None:
     return why
 
 
+def store_problem() -> str | None:
+    """Why the tracking store cannot be used now (None: it looks fine); one short probe per store and stage."""
+    for key, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    return _unusable(tracking_uri())
+
+
 class Unavailable(Exception):
     """The tracking store cannot be used (the probe said why)."""
 
@@ -202,19 +213,144 @@ def guard(what: str) -> Iterator[None]:
         _give_up(what, e)
 
 
+# --- where artifacts go -----------------------------------------------------------------------------
+
+ARTIFACT_SCHEME = "biocheck-artifacts"  # `biocheck-artifacts:/mlartifacts/...`: next to the SQLite database
+ARTIFACT_DIR = "mlartifacts"  # beside mlflow.db (gitignored), where `mlflow server` keeps its own artifacts
+SERVER_STORE_ENV = "_MLFLOW_SERVER_FILE_STORE"  # the backend store of a running `mlflow server` / `mlflow ui`
+
+
+def store_folder(uri: str | None = None) -> Path | None:
+    """The folder of the SQLite database `uri` (default: the tracking URI) names; None for another store."""
+    uri = uri or tracking_uri()
+    if not uri.lower().startswith("sqlite:"):
+        return None
+    path = urllib.parse.urlsplit(uri).path[1:]  # sqlite:///rel.db -> rel.db, sqlite:////abs.db -> /abs.db
+    return Path(path).resolve().parent if path and path != ":memory:" else None
+
+
+def use_project_artifacts() -> None:
+    """Let MLflow read and write `biocheck-artifacts:` locations in this process (the package's entry point
+    does the same for `mlflow ui` and any other MLflow process of this environment)."""
+    from mlflow.store.artifact.artifact_repository_registry import _artifact_repository_registry
+
+    _artifact_repository_registry.register(ARTIFACT_SCHEME, __getattr__("ProjectArtifactRepository"))
+
+
+def _experiment_id(name: str) -> str:
+    """The id of experiment `name`, created when missing: with a SQLite store, its artifact location is
+    `biocheck-artifacts:/mlartifacts/<name>`, a path relative to the database's folder (MLflow itself would
+    record an absolute path: a moved or re-cloned project would look for its artifacts in the old place)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient()
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = None
+    if store_folder() is not None:
+        folder = re.sub(r"[^\w.-]", "_", name)
+        location = f"{ARTIFACT_SCHEME}:/{ARTIFACT_DIR}/{folder}"
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException:  # another stage created it meanwhile
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def _project_artifacts_class() -> type:
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+
+    class ProjectArtifactRepository(LocalArtifactRepository):
+        """`biocheck-artifacts:/<path>`: the local folder <path> under the folder of the SQLite tracking
+        database, wherever that folder is now (this process's tracking URI, or a running `mlflow ui`'s store)."""
+
+        def __init__(self, artifact_uri: str, tracking_uri: str | None = None, registry_uri: str | None = None):
+            super().__init__(artifact_uri, tracking_uri, registry_uri)
+            import mlflow
+            from mlflow.tracking._tracking_service.utils import is_tracking_uri_set
+
+            uris = (tracking_uri, os.environ.get(SERVER_STORE_ENV),
+                    mlflow.get_tracking_uri() if is_tracking_uri_set() else None, _default_uri())
+            root = next((f for f in (store_folder(u) for u in uris if u) if f is not None), Path.cwd())
+            self._artifact_dir = str(root / artifact_uri.split(":", 1)[1].lstrip("/"))
+
+    return ProjectArtifactRepository
+
+
+def _default_uri() -> str:
+    return tracking_uri()
+
+
+def __getattr__(name: str) -> Any:
+    """ProjectArtifactRepository, built on first use (MLflow is imported only when tracking is used)."""
+    if name == "ProjectArtifactRepository":
+        if name not in globals():
+            globals()[name] = _project_artifacts_class()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # --- tags --------------------------------------------------------------------------------------------
 
 def git_state(cwd: Path | None = None) -> dict[str, str]:
-    """`git_commit` and `git_dirty` ("true"/"false") for run tags; "unknown" outside a git checkout."""
+    """`git_commit` and `git_dirty` ("true"/"false") for run tags; "unknown" outside a git checkout. Dirty means
+    a tracked file differs from the commit, leaving out what the pipeline itself writes (pipeline_outputs:
+    dvc.lock and the outputs dvc.yaml names): `dvc repro` rewrites those in a fresh clone."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
-                              timeout=30).stdout.strip()
+                              timeout=30).stdout
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
+        commit = git("rev-parse", "HEAD").strip()
+        top = Path(git("rev-parse", "--show-toplevel").strip())
+        changed = _changed_paths(git("status", "--porcelain=v1", "-z", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         return {"git_commit": "unknown", "git_dirty": "unknown"}
-    return {"git_commit": commit, "git_dirty": dirty}
+    written = pipeline_outputs(repo_root(cwd)) if changed else ()
+    paths = [top.joinpath(c).resolve() for c in changed]
+    dirty = any(not any(path == out or path.is_relative_to(out) for out in written) for path in paths)
+    return {"git_commit": commit, "git_dirty": "true" if dirty else "false"}
+
+
+def _changed_paths(porcelain: str) -> list[str]:
+    """The paths `git status --porcelain=v1 -z` lists (a rename: both its paths)."""
+    entries, paths = porcelain.split("\0"), []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        if len(entry) > 3:
+            paths.append(entry[3:])
+            if entry[0] in "RC":  # a rename or copy: the next entry is the original path
+                i += 1
+                paths.append(entries[i])
+        i += 1
+    return paths
+
+
+def pipeline_outputs(root: Path) -> tuple[Path, ...]:
+    """What `dvc repro` writes in the project at `root`: dvc.lock and every stage's outs, metrics and plots as
+    dvc.yaml names them (foreach stages resolved by DVC's own parser); just dvc.lock where DVC cannot say."""
+    root = Path(root).resolve()
+    lock = root / "dvc.lock"
+    if not (root / "dvc.yaml").is_file():
+        return (lock,)
+    mtime = (root / "dvc.yaml").stat().st_mtime_ns
+    return (lock, *_stage_outputs(str(root), mtime))
+
+
+@functools.lru_cache(maxsize=8)
+def _stage_outputs(root: str, mtime: int) -> tuple[Path, ...]:  # noqa: ARG001 (mtime: a new dvc.yaml, a new answer)
+    try:
+        from dvc.repo import Repo
+
+        with Repo(root) as repo:
+            return tuple(Path(root, out.def_path).resolve() for stage in repo.index.stages for out in stage.outs)
+    except Exception as e:  # noqa: BLE001 (a tag is not worth failing a stage for)
+        log.debug("pipeline outputs of %s: %s", root, e)
+        return ()
 
 
 def pipeline_id() -> str | None:
@@ -265,10 +401,12 @@ def _dvc_ancestor() -> str | None:
 
 
 def lock_md5(entry: Mapping[str, Any]) -> str:
-    """md5 of a stage's inputs as a dvc.lock stage entry records them: each dep's (path, md5) and the
-    params' values. The same inputs give the same value, any changed input a different one."""
+    """md5 of a stage's inputs as a dvc.lock stage entry records them: its command (a foreach stage's with its
+    key filled in: `train@eg_grpo` runs `--variant eg_grpo`), each dep's (path, md5) and the params' values.
+    The same inputs give the same value, any changed input a different one."""
     deps = sorted(({"path": d["path"], "md5": d.get("md5")} for d in entry.get("deps") or []), key=lambda d: d["path"])
-    blob = json.dumps({"deps": deps, "params": entry.get("params") or {}}, sort_keys=True, default=str)
+    blob = json.dumps({"cmd": entry.get("cmd"), "deps": deps, "params": entry.get("params") or {}}, sort_keys=True,
+                      default=str)
     return hashlib.md5(blob.encode()).hexdigest()  # noqa: S324 (an identity, as DVC's own md5s)
 
 
@@ -283,8 +421,8 @@ def locked_deps_md5(root: Path | str, stage: str) -> str | None:
 
 @functools.lru_cache(maxsize=8)
 def stage_deps_md5(root: str, stage: str) -> str:
-    """lock_md5 of the inputs of DVC stage `stage` as they are now: what dvc.lock will record when the stage
-    ends (a stage does not change its inputs). DVC's own hashing (and its hash cache: the files were hashed
+    """lock_md5 of the command and inputs of DVC stage `stage` as they are now: what dvc.lock will record when
+    the stage ends (a stage does not change its inputs). DVC's own hashing (and its hash cache: the files were hashed
     moments ago when `dvc repro` checked them), without DVC's repo lock, which the running `dvc repro` holds.
     "unknown" when DVC cannot say."""
     try:
@@ -292,7 +430,8 @@ def stage_deps_md5(root: str, stage: str) -> str:
         from dvc.repo import Repo
 
         with Repo(root) as repo:
-            [found] = repo.stage.collect(stage)
+            # the project's dvc.yaml by its path: the stage is found from any working directory
+            [found] = repo.stage.collect(stage if ":" in stage else f"{Path(root, 'dvc.yaml')}:{stage}")
             deps, params = [], {}
             for dep in found.deps:
                 value = dep.get_hash().value
@@ -300,7 +439,7 @@ def stage_deps_md5(root: str, stage: str) -> str:
                     params[dep.def_path] = dict(value)
                 else:
                     deps.append({"path": dep.def_path, "md5": value})
-        return lock_md5({"deps": deps, "params": params})
+        return lock_md5({"cmd": found.cmd, "deps": deps, "params": params})
     except Exception as e:  # noqa: BLE001 (a tag is not worth failing a stage for)
         log.debug("dvc_deps_md5 of %s: %s", stage, e)
         return "unknown"
@@ -349,7 +488,8 @@ def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any]
     import mlflow
 
     mlflow.set_tracking_uri(uri)
-    exp_id = mlflow.set_experiment(experiment(stage)).experiment_id
+    use_project_artifacts()
+    exp_id = mlflow.set_experiment(experiment_id=_experiment_id(experiment(stage))).experiment_id
     all_tags = {**common_tags(stage), **{k: str(v) for k, v in (tags or {}).items() if v is not None}}
     pipeline_parent, pid = None, pipeline_id()
     if pid is not None:
@@ -431,6 +571,15 @@ def _pipeline_parent(exp_id: str, pid: str, tags: Mapping[str, str]) -> str:
     parent = found[0].info.run_id
     client.update_run(parent, status="RUNNING")
     return parent
+
+
+def version_model_id(version: Any) -> str | None:
+    """The logged model (`m-...`) a registry version was created from: its `model_id`, else its source
+    `models:/m-...` (MLflow's SQL registry keeps only the source); None for a version registered from a folder."""
+    source = str(getattr(version, "source", "") or "")
+    found = getattr(version, "model_id", None) or (source.removeprefix("models:/") if source.startswith("models:/m-")
+                                                     else None)
+    return found if found and "/" not in found else None
 
 
 def run_link(run: Any) -> dict[str, str]:
@@ -531,11 +680,38 @@ def log_table(rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
         mlflow.log_table(data=data, artifact_file=artifact_file)
 
 
+def copy_redacted(src: Path, dest: Path) -> bool:
+    """Copy `src` to `dest` with secrets blanked; False (nothing copied) for a binary file holding one."""
+    return _copy_redacted(src, dest)
+
+
+_TEXT_MAX = 64 << 20  # a larger file is scanned in chunks and never rewritten (weights, not text)
+_CHUNK = 16 << 20
+
+
+def _binary_holds_secret(src: Path) -> bool:
+    """Whether a large file holds a secret, read in overlapping chunks (a secret may straddle two)."""
+    overlap = max(len(v.encode("utf-8")) for v in secret_values())
+    tail = b""
+    with src.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            if contains_secret(tail + chunk):
+                return True
+            tail = chunk[-overlap:]
+    return False
+
+
 def _copy_redacted(src: Path, dest: Path) -> bool:
     """Copy `src` to `dest` with secrets blanked; False (nothing copied) for a binary file holding one."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if not secret_values() or (src.stat().st_size > _TEXT_MAX and not _binary_holds_secret(src)):
+        shutil.copyfile(src, dest)  # streamed: a model's weights are never read into memory
+        return True
+    if src.stat().st_size > _TEXT_MAX:
+        log.warning("not logged to MLflow: %s holds a secret from the environment and is not text", src)
+        return False
     data = src.read_bytes()
-    if not secret_values() or not contains_secret(data):
+    if not contains_secret(data):
         shutil.copyfile(src, dest)
         return True
     try:

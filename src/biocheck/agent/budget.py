@@ -42,15 +42,21 @@ def check_budget(prompts: Prompts, max_searches: int) -> None:
         raise ValueError(f"the prompts state {prompts.max_searches} searches, the budget is {max_searches}")
 
 
+# Told of each call that costs a search, as it ends: (its number, the budget, the search's record, or None for a
+# malformed call). A status line for a person (`check` on stderr); it never changes what the model reads.
+OnSearch = Callable[[int, int, QueryRecord | None], None]
+
+
 class SearchBudget:
     """One episode's searches: `call(name, args)` -> the text the model reads back."""
 
     def __init__(self, tool, prompts: Prompts, max_searches: int, abstract_chars: int | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, on_search: OnSearch | None = None) -> None:
         check_budget(prompts, max_searches)
         self.tool, self.prompts = tool, prompts
         self.max_searches, self.abstract_chars = max_searches, abstract_chars
         self._clock = clock
+        self._on_search = on_search
         self.searches = 0  # calls that cost a search (malformed ones included)
         self.refused = 0  # calls refused after the budget was spent
         self.queries: list[QueryRecord] = []  # searches that ran, in order
@@ -69,6 +75,7 @@ class SearchBudget:
             return self.refusal()
         self.searches += 1
         query = args.get("query") if isinstance(args, dict) else None
+        record = None
         if name != TOOL_NAME:
             text = unknown_tool(name)
             self.errors.append(text)
@@ -77,6 +84,9 @@ class SearchBudget:
             self.errors.append(text)
         else:
             text = self._search(query)
+            record = self.queries[-1]
+        if self._on_search is not None:
+            self._on_search(self.searches, self.max_searches, record)
         if self.exhausted:
             text += "\n\n" + self.prompts.intervention()
         return text

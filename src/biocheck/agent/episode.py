@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from biocheck import __version__
-from biocheck.agent.budget import QueryRecord, SearchBudget, check_budget
+from biocheck.agent.budget import OnSearch, QueryRecord, SearchBudget, check_budget
 from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
 from biocheck.agent.limits import MAX_REFUSALS, MAX_SEARCHES
 from biocheck.agent.prompts import Prompts
@@ -103,12 +103,14 @@ class Agent:
         self.search_backend = search_backend
         self.llm_fingerprint = llm.fingerprint()
         self.prompts_hash = self.prompts.hash()
+        self.on_search: OnSearch | None = None  # a status hook the caller sets (`check`'s stderr line); not in traces
 
     def initial_messages(self, claim: str) -> list[dict[str, Any]]:
         return self.prompts.messages(claim)
 
     def new_budget(self) -> SearchBudget:
-        return SearchBudget(self.tool, self.prompts, self.cfg.max_searches, self.cfg.abstract_chars)
+        return SearchBudget(self.tool, self.prompts, self.cfg.max_searches, self.cfg.abstract_chars,
+                            on_search=self.on_search)
 
     def run(self, claim: str, claim_id: str | None = None, dataset: str | None = None,
             gold_label: Label | str | None = None) -> Episode:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import tenacity
 from tqdm.auto import tqdm
 
 from biocheck.bounds import Count, NonNegativeFloat, Positive
@@ -147,30 +148,51 @@ def _copy_stream(opener, dest: Path, src: Source, where: str, cfg: FetchConfig) 
     return h.hexdigest(), size
 
 
+def _reason(e: BaseException) -> str:
+    """What went wrong, for the log and the final error: a bad file's own message, else the exception."""
+    if isinstance(e, InputError):
+        return str(e)
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
 def _download(src: Source, dest: Path, cfg: FetchConfig) -> tuple[str, int]:
-    last, bad_file = "", False
-    for attempt in range(1, cfg.max_attempts + 1):
-        try:
-            return _copy_stream(_open_http(src.url, cfg), dest, src, src.url, cfg)
-        except (_Retryable, httpx.TransportError, InputError) as e:  # timeouts, resets, 5xx, bad bytes
-            # Bad bytes are retried too: a transfer cut short without a Content-Length looks like this.
-            bad_file = isinstance(e, InputError)
-            last = str(e) if bad_file else f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            if attempt < cfg.max_attempts:
-                wait = cfg.backoff_s * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
-                log.warning("%s: attempt %d/%d failed (%s); retrying in %.1fs", src.url, attempt,
-                            cfg.max_attempts, last, wait)
-                time.sleep(wait)
-    if bad_file:
-        raise FetchError(
-            f"{last} Gave up after {cfg.max_attempts} attempts; {dest} was not written. The release may have "
-            f"moved or changed: to use a good copy instead, set {MIRROR_ENV} to a folder holding {src.relpath}."
-        )
-    raise FetchError(
-        f"Could not download {src.name} from {src.url} after {cfg.max_attempts} attempts ({last}). "
-        f"If this machine is offline, set {MIRROR_ENV} to a folder holding {src.relpath} "
-        f"(e.g. {MIRROR_ENV}=../shared/datasets) and run again."
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        log.warning("%s: attempt %d/%d failed (%s); retrying in %.1fs", src.url, state.attempt_number,
+                    cfg.max_attempts, _reason(_outcome(state)), state.upcoming_sleep)
+
+    # Timeouts, resets, 5xx and bad bytes are retried (a transfer cut short without a Content-Length
+    # arrives as bad bytes); the first retry waits ~backoff_s, then the wait doubles, with jitter.
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(cfg.max_attempts),
+        wait=_jittered(tenacity.wait_exponential(multiplier=cfg.backoff_s)),
+        retry=tenacity.retry_if_exception_type((_Retryable, httpx.TransportError, InputError)),
+        before_sleep=before_sleep,
+        reraise=True,
     )
+    try:
+        # a new stream per attempt: a context manager opens once
+        return retrying(lambda: _copy_stream(_open_http(src.url, cfg), dest, src, src.url, cfg))
+    except InputError as e:
+        raise FetchError(
+            f"{e} Gave up after {cfg.max_attempts} attempts; {dest} was not written. The release may have "
+            f"moved or changed: to use a good copy instead, set {MIRROR_ENV} to a folder holding {src.relpath}."
+        ) from None
+    except (_Retryable, httpx.TransportError) as e:
+        raise FetchError(
+            f"Could not download {src.name} from {src.url} after {cfg.max_attempts} attempts ({_reason(e)}). "
+            f"If this machine is offline, set {MIRROR_ENV} to a folder holding {src.relpath} "
+            f"(e.g. {MIRROR_ENV}=../shared/datasets) and run again."
+        ) from None
+
+
+def _outcome(state: tenacity.RetryCallState) -> BaseException:
+    exc = state.outcome.exception() if state.outcome else None
+    return exc if exc is not None else RuntimeError("no outcome")
+
+
+def _jittered(wait: tenacity.wait.wait_base) -> Callable[[tenacity.RetryCallState], float]:
+    """`wait` times a random factor in [0.75, 1.25]: downloads that failed together retry apart."""
+    return lambda state: wait(state) * random.uniform(0.75, 1.25)
 
 
 def _check_mirror(mirror: Mirror, cfg: FetchConfig) -> None:

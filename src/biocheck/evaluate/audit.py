@@ -56,12 +56,14 @@ class AuditConfig:
     seed: int = 0  # which claims, and the first episode's sampling seed (episode k uses seed + k)
     min_signal: float = 0.2  # warn when R_evidence varies in fewer than this share of either label's groups
     out_dir: Path = Path("audit")  # the sampled episodes (cached traces)
-    metrics_path: Path = Path("metrics/reward_audit.json")
+    metrics_path: Path | None = Path("metrics/reward_audit.json")  # DVC's metrics: `headline` (null: none)
+    report_path: Path = Path("reports/reward_audit.json")  # every number, the settings and the warnings
     workers: Count = 1  # episodes in flight
     progress: bool = True
 
     def __post_init__(self) -> None:
-        self.out_dir, self.metrics_path = Path(self.out_dir), Path(self.metrics_path)
+        self.out_dir, self.report_path = Path(self.out_dir), Path(self.report_path)
+        self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
         if self.claims is not None and self.claims < 1:
             raise ValueError(f"claims: {self.claims} must be >= 1 (null: every training claim)")
         if not 0.0 <= self.min_signal <= 1.0:
@@ -104,7 +106,8 @@ def pick_claims(claims: Sequence[ClaimRecord], n: int | None, seed: int) -> list
 
 
 def audit(setup: AuditSetup) -> dict[str, Any]:
-    """Sample, score and summarise; write cfg.metrics_path; return the summary (see the module docstring)."""
+    """Sample, score and summarise; write cfg.report_path (the summary) and cfg.metrics_path (its headline);
+    return the summary (see the module docstring)."""
     cfg = setup.cfg
     if not setup.claims:
         raise InputError("reward audit: no SUPPORTED or REFUTED training claims to audit; check data.subset.train")
@@ -145,8 +148,22 @@ def audit(setup: AuditSetup) -> dict[str, Any]:
     result["warnings"] = warnings(result, cfg.min_signal)
     for w in result["warnings"]:
         log.warning("%s", w)
-    write_json_atomic(cfg.metrics_path, result)
+    write_json_atomic(cfg.report_path, result)
+    if cfg.metrics_path:
+        write_json_atomic(cfg.metrics_path, headline(result))
     return result
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    """What `dvc metrics show` prints of an audit (one column per number, so a few): the counts, the share of
+    groups in which each term varies per label, the judge's right- vs wrong-side credit on gold papers, and
+    the number of warnings. The settings, the citation credit, the R_evidence distribution and the means
+    stay in the full summary (cfg.report_path)."""
+    gold = result["judge_credit"]["gold_papers"]
+    return {"episodes": result["episodes"], "group_size": result["group_size"], "claims": result["claims"],
+            "groups_varying": result["groups_varying"],
+            "gold_paper_credit": {lab: {k: c.get(k) for k in ("correct_side", "wrong_side")} for lab, c in gold.items()},
+            "warnings": len(result["warnings"])}
 
 
 def _varying(groups: list[list[RewardBreakdown]]) -> dict[str, Any]:

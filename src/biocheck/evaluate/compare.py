@@ -15,7 +15,8 @@ import io
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +25,20 @@ import numpy as np
 from biocheck import tracking
 from biocheck.evaluate import ratios
 from biocheck.evaluate.config import DATASETS, REFERENCE
+from biocheck.evaluate.headline import COLUMNS as HEADLINE_COLUMNS
 from biocheck.evaluate.rationale import LEVELS as RATIONALE_LEVELS
 from biocheck.evaluate.rationale import rationale_scores, sentence_f1
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import write_text_atomic
 from biocheck.labels import Label
-from biocheck.metrics import (  # _encode/_scores: the paired bootstrap scores resamples the same way
+from biocheck.metrics import (  # _encode: the paired bootstrap encodes labels as the scores do
     LABEL_SETS,
     OTHER,
     _encode,
-    _scores,
+    bootstrap,
     bootstrap_ci,
     classification_metrics,
+    macro_score,
     proportion_ci,
 )
 from biocheck.params import plain
@@ -86,7 +89,7 @@ def _name(x: Label | str | None) -> str | None:
 def _classification(gold: list[str], pred: list[str | None], label_set: str, n_resamples: int,
                     seed: int) -> dict[str, Any]:
     """classification_metrics + intervals, with every key present (None when there is no claim): accuracy
-    (a proportion of claims) exact binomial, the macro scores a percentile bootstrap over claims."""
+    (a proportion of claims) exact binomial, the macro scores scipy's BCa bootstrap over claims."""
     labels = LABEL_SETS[label_set]
     m = classification_metrics(gold, pred, labels)
     ci = bootstrap_ci(gold, pred, labels, n_resamples, seed)
@@ -158,17 +161,14 @@ def mcnemar_exact(b: int, c: int) -> float:
     return float(binomtest(b, b + c, 0.5).pvalue)
 
 
-def _resampled(g: np.ndarray, p: np.ndarray, k: int, idx: np.ndarray) -> np.ndarray:
-    """Macro-F1 of each resample (rows of idx), through metrics.py's own scoring."""
-    r = idx.shape[0]
-    cells = g[idx] * (k + 1) + p[idx] + np.arange(r)[:, None] * (k * (k + 1))
-    cm = np.bincount(cells.ravel(), minlength=r * k * (k + 1)).reshape(r, k, k + 1)
-    return _scores(cm)["f1"].mean(-1)
+def _f1_difference(f1: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """The paired statistic of macro-F1: reference minus other, on the same resampled claims."""
+    return lambda g, pa, pb, axis=-1: f1(g, pa) - f1(g, pb)
 
 
 def _empty_pair(reference: str) -> dict[str, Any]:
     return {"reference": reference, "n": 0, "only_reference": 0, "only_other": 0,
-            **{m: ratios.paired_stat(math.nan, math.nan, None, None) for m in PAIRED},
+            **{m: ratios.paired_stat(math.nan, math.nan, None) for m in PAIRED},
             "mcnemar": {"b": 0, "c": 0, "p": None}}
 
 
@@ -231,50 +231,62 @@ def paired_tests(by_system: Mapping[str, Sequence[Prediction]], reference: str =
             kept = [i for i, k in enumerate(keep) if k]
             g, pa = _encode([gold[i] for i in kept], [_label(a[i]) for i in kept], labels)
             _, pb = _encode([gold[i] for i in kept], [_label(b[i]) for i in kept], labels)
-            k, whole = len(labels), np.arange(len(kept))[None, :]
-            sub = None if idx is None else ratios.resamples(len(kept), n_resamples, seed)
-            res["macro_f1"] = ratios.paired_stat(
-                float(_resampled(g, pa, k, whole)[0]), float(_resampled(g, pb, k, whole)[0]),
-                None if sub is None else _resampled(g, pa, k, sub), None if sub is None else _resampled(g, pb, k, sub))
+            f1 = macro_score("f1", len(labels))
+            ci = None if idx is None else bootstrap(_f1_difference(f1), (g, pa, pb), n_resamples, seed)
+            res["macro_f1"] = ratios.paired_stat(float(f1(g, pa)), float(f1(g, pb)), ci)
     return out
 
 
 # --- DVC plots --------------------------------------------------------------------------------------
 
 PLOTTED = ("accuracy", "macro_f1")  # the bar charts of scores.csv (dvc.yaml's plots)
+# Whose confusion matrices confusion.csv holds: the project's model and the standard-GRPO comparison (the
+# baselines' matrices differ little at a glance; every system's counts are in the metrics' `confusion`).
+CONFUSION_SYSTEMS = (REFERENCE, "outcome_only")
+
 
 def plot_data(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], out_dir: Path) -> list[Path]:
-    """DVC plot files from {system: {dataset: system_metrics(...)}}: `confusion/<dataset>/<system>.csv`
-    (one `actual,predicted` row per claim, 3-way, what DVC's confusion template counts; OTHER = no label
-    read) and `scores.csv` (accuracy and macro-F1 with their 95% bounds, one row per system and dataset)."""
+    """DVC plot files from {system: {dataset: system_metrics(...)}}, without an empty cell (DVC would draw it
+    as 0): `confusion.csv` (one `system,dataset,actual,predicted` row per claim, 3-way, OTHER = no label read)
+    for CONFUSION_SYSTEMS (else the first system), drawn by .dvc/plots/confusion_grid.json as one panel per
+    system and dataset; `scores.csv` (accuracy and macro-F1, one row per system and dataset, with `_lo`/`_hi`
+    columns only when every row has its 95% interval: none with evaluate.bootstrap 0)."""
     out_dir = Path(out_dir)
-    written = []
-    rows = []
-    for system, by_dataset in metrics.items():
-        for dataset, m in by_dataset.items():
-            path = out_dir / "confusion" / dataset / f"{system}.csv"
-            lines = [(actual, predicted) for actual, row in m["confusion"].items()
-                     for predicted, count in row.items() for _ in range(count)]
-            written.append(_write_csv(path, ["actual", "predicted"], lines))
-            ci = m["ci"]
-            rows.append([f"{system} / {dataset}", system, dataset,
-                         *(v for s in PLOTTED for v in (m[s], ci[s]["lo"], ci[s]["hi"]))])
-    header = ["name", "system", "dataset", *(f"{s}{x}" for s in PLOTTED for x in ("", "_lo", "_hi"))]
-    written.append(_write_csv(out_dir / "scores.csv", header, rows))
-    return written
+    shown = [s for s in CONFUSION_SYSTEMS if s in metrics] or list(metrics)[:1]
+    lines = [(system, dataset, actual, predicted) for system in shown for dataset, m in metrics[system].items()
+             for actual, row in m["confusion"].items() for predicted, count in row.items() for _ in range(count)]
+    rows = [(system, dataset, m) for system, by_dataset in metrics.items() for dataset, m in by_dataset.items()]
+    bounds = all(m["ci"][s]["lo"] is not None and m["ci"][s]["hi"] is not None for _, _, m in rows for s in PLOTTED)
+    parts = ("", "_lo", "_hi") if bounds else ("",)
+    scores = [[f"{system} / {dataset}", system, dataset,
+               *(m[s] if x == "" else m["ci"][s][x[1:]] for s in PLOTTED for x in parts)] for system, dataset, m in rows]
+    header = ["name", "system", "dataset", *(f"{s}{x}" for s in PLOTTED for x in parts)]
+    return [_write_csv(out_dir / "confusion.csv", ["system", "dataset", "actual", "predicted"], lines),
+            _write_csv(out_dir / "scores.csv", header, scores)]
 
 
 def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows([["" if v is None else v for v in row] for row in rows])  # None: an empty cell
+    if any(v is None for row in rows for v in row):  # DVC's templates would draw an empty cell as 0
+        raise ValueError(f"{path}: a plotted value is missing (None); leave the row or column out instead")
+    writer.writerows(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, buf.getvalue())
     return path
 
 
 # --- MLflow -----------------------------------------------------------------------------------------
+
+# What an eval run logs as metrics (the runs table, the compare view): each headline column with the n it
+# counts (headline.COLUMNS, the gallery's and the PR comment's list) and the cost per claim. Everything else
+# (intervals, per-label scores, confusion counts, rationale levels, the paired tests) is the run's
+# `metrics.json` artifact.
+COST = ("searches", "tokens", "seconds_mean", "errors")
+RUN_METRICS = (*dict.fromkeys(k for key, _, n in HEADLINE_COLUMNS for k in (key, n)), *COST)
+SCOPED = ("systems", "datasets")  # config params an eval run replaces by its own system and dataset
+
 
 def _numbers(d: Mapping[str, Any]) -> dict[str, Any]:
     """Nested metrics with None as NaN: MLflow drops None, and a missing key would misalign the compare view."""
@@ -288,11 +300,29 @@ def _row(p: Prediction) -> dict[str, Any]:
             "searches": p.searches, "tokens": p.tokens, "seconds": p.seconds, "error": p.error, "trace": p.trace}
 
 
+def _params(config: Any, **scope: str) -> dict[str, Any]:
+    """The evaluation config as params; with a `scope` (system, dataset, model_alias) those first, in place of
+    the lists of every system and dataset: an eval run's params say what it evaluated, a compare-view axis."""
+    params = plain(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else dict(config)
+    if not scope:
+        return params
+    return {**scope, **{k: v for k, v in params.items() if k not in SCOPED}}
 
-def _params(config: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return plain(config)
-    return dict(config)
+
+def _headline(m: Mapping[str, Any]) -> dict[str, Any]:
+    return _numbers({k: m.get(k) for k in RUN_METRICS})
+
+
+def _trace_samples(config: Any, preds: Sequence[Prediction], tags: Mapping[str, str]) -> None:
+    """The first tracking.trace_samples episodes of a run as MLflow traces (agent/tracing.py)."""
+    n = tracking.current().config.trace_samples
+    out_dir = getattr(config, "out_dir", None)
+    if n <= 0 or out_dir is None:
+        return
+    from biocheck.agent.tracing import log_sample
+    from biocheck.evaluate.harness import load_episode
+
+    log_sample([load_episode(out_dir, p) for p in preds[: n * 2]], n, tags=tags)  # a few spare: a trace may be gone
 
 
 def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
@@ -301,22 +331,27 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                system_tags: Mapping[str, Mapping[str, str]] | None = None, gallery: Path | None = None,
                reference: str = REFERENCE) -> list[str]:
     """The eval experiment (tracking.experiments.eval): a run `evaluate` (config, eval JSONs, the `gallery`
-    folder if given, the test splits as datasets) and one child run `eval <system> <dataset>` per pair with
-    identical metric keys (nested keys joined by '.', paired tests under `paired.`, NaN where a number does
-    not apply), tags system, dataset, model_fingerprint, prompt_hash, system_fingerprint (plus the common
-    tags, tracking.common_tags), its test split as a dataset and the per-claim predictions as a table. Then
-    each registered version whose alias names an evaluated system (champion: eg_grpo, challenger:
-    outcome_only) and whose weights that system ran gets the metrics as `eval.<dataset>.<metric>` tags.
+    folder if given, the test splits as datasets) and one child run `eval <system> <dataset>` per pair. A
+    child's params are its `system`, `dataset` and `model_alias` (the alias of the model it ran: champion,
+    challenger, base; none for a baseline or a model given by path) and the rest of the config; the same
+    three are tags too. Its metrics are RUN_METRICS (NaN where a number does not apply, so every run has the
+    same keys); the full metrics and its paired tests are the artifact `metrics.json`, the per-claim
+    predictions the table `predictions.json`, its test split a dataset, and its first
+    tracking.trace_samples episodes MLflow traces. Tags: model_fingerprint, prompt_hash, system_fingerprint,
+    writes_report, about.* (plus the common tags, tracking.common_tags). Then each registered version whose
+    alias names an evaluated system (champion: eg_grpo, challenger: outcome_only) and whose weights that
+    system ran gets the metrics (tag_registered_versions).
 
     metrics: {system: {dataset: system_metrics}}; paired: {dataset: paired_tests}; predictions:
     {system: {dataset: [Prediction]}}; system_tags: {system: {"model_fingerprint", "prompt_hash"}} (from the
     system's episodes). Returns the run ids, the parent's first (none when tracking is off)."""
-    params = _params(config)
     base = {"reference": reference, **({"profile": str(profile)} if profile else {})}
+    ran = tracking.current().model_aliases
     prepared = tracking.current().prepared_dir
     splits = {d: prepared / f"{DATASETS[d]}.jsonl" for d in DATASETS} if prepared is not None else {}
     ids: list[str] = []
-    with tracking.run("evaluate", params=params, tags={**base, "kind": "summary"}, run_name="evaluate") as parent:
+    with tracking.run("evaluate", params=_params(config), tags={**base, "kind": "summary"},
+                      run_name="evaluate") as parent:
         if parent is None:
             return ids
         tracking.log_text(json.dumps(metrics, indent=2), "eval.json")
@@ -332,7 +367,8 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
         extra = dict((system_tags or {}).get(system, {}))
         for dataset, m in by_dataset.items():
             preds = list(predictions.get(system, {}).get(dataset, []))
-            tags = {**base, "kind": "system", "system": system, "dataset": dataset,
+            scope = {"system": system, "dataset": dataset, "model_alias": ran.get(system, "none")}
+            tags = {**base, "kind": "system", **scope,
                     "writes_report": str(bool(m.get("writes_report"))).lower(),
                     "model_fingerprint": extra.get("model_fingerprint", "unknown"),
                     "prompt_hash": extra.get("prompt_hash", "unknown"),
@@ -340,41 +376,45 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                     # what the numbers can mean (held out, corpus searched, EQS judge): tags, not metrics
                     **{f"about.{k}": str(v) for k, v in (m.get("about") or {}).items() if v is not None}}
             pair = paired.get(dataset, {}).get(system, blank)
-            with tracking.run("evaluate", params=params, tags=tags, run_name=f"eval {system} {dataset}",
-                              parent=ids[0]) as active:
+            with tracking.run("evaluate", params=_params(config, **scope), tags=tags,
+                              run_name=f"eval {system} {dataset}", parent=ids[0]) as active:
                 if active is None:  # tracking failed meanwhile (it said so once)
                     return ids
-                numbers = {k: v for k, v in m.items() if k != "about"}  # words: the run's about.* tags
-                tracking.log_metrics(_numbers({**numbers, "paired": pair}))
+                tracking.log_metrics(_headline(m))
+                tracking.log_text(json.dumps({"metrics": m, "paired": pair}, indent=2), "metrics.json")
                 tracking.log_table([_row(p) for p in preds], "predictions.json")
                 if dataset in splits:
                     tracking.log_dataset(splits[dataset], context="evaluation")
+                _trace_samples(config, preds, scope)
                 ids.append(active.info.run_id)
     tag_registered_versions(metrics, system_tags or {}, ids[0])
     return ids
 
 
 VERSION_METRICS = ("n", *SCORES, "parse_rate", "citing_rate", "grounded_rate", "ehr", "ehr_micro", "eqs",
-                   "rationale_f1")  # the numbers a registered version is tagged with
+                   "rationale_f1")  # the numbers attached to a registered version's logged model
 
 
 def tag_registered_versions(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                             system_tags: Mapping[str, Mapping[str, str]], run_id: str) -> list[str]:
-    """Tag the registered version each alias names (tracking context: the registered model and {system:
-    alias}) with that system's metrics, `eval.<dataset>.<metric>`, and `eval_run` (runs:/<id> of the
-    evaluation), when the version's model_fingerprint is the one the system ran; else say why not. Returns
-    the aliases tagged."""
+    """Attach each evaluated system's metrics to the registered version its alias names (tracking context: the
+    registered model and {system: alias}), when the version's model_fingerprint is the one the system ran
+    (else say why not): `<dataset>.<metric>` for VERSION_METRICS as metrics of the version's logged model
+    (MLflow 3: logged in the model's `select` run with its model id, linked to the test split as a dataset
+    where the prepared data is known), and the version's tag `eval_run` (runs:/<id> of the evaluation).
+    Returns the aliases whose versions got them."""
     ctx = tracking.current()
     if not ctx.registered_model or not tracking.enabled():
         return []
     from mlflow import MlflowClient
+    from mlflow.entities import Metric
     from mlflow.exceptions import MlflowException
 
     tagged = []
     for system, alias in ctx.aliases.items():
         if system not in metrics:
             continue
-        with tracking.guard(f"tagging {ctx.registered_model}@{alias}"):
+        with tracking.guard(f"attaching the evaluation to {ctx.registered_model}@{alias}"):
             client = MlflowClient()
             try:
                 version = client.get_model_version_by_alias(ctx.registered_model, alias)
@@ -383,16 +423,27 @@ def tag_registered_versions(metrics: Mapping[str, Mapping[str, Mapping[str, Any]
                          ctx.registered_model, alias)
                 continue
             ran = (system_tags.get(system) or {}).get("model_fingerprint")
-            if not ran or version.tags.get("model_fingerprint") != ran:
-                log.info("MLflow: %s version %s (%s) is not the model %s ran (fingerprint %s vs %s); not tagged",
-                         ctx.registered_model, version.version, alias, system,
+            model_id = tracking.version_model_id(version)
+            if not ran or version.tags.get("model_fingerprint") != ran or not model_id or not version.run_id:
+                log.info("MLflow: %s version %s (%s) is not the model %s ran (fingerprint %s vs %s), or holds no "
+                         "logged model; no metrics attached", ctx.registered_model, version.version, alias, system,
                          version.tags.get("model_fingerprint", "none"), ran or "unknown")
                 continue
-            for dataset, m in metrics[system].items():
-                for key in VERSION_METRICS:
-                    if isinstance(m.get(key), (int, float)) and not isinstance(m.get(key), bool):
-                        client.set_model_version_tag(ctx.registered_model, version.version,
-                                                     f"eval.{dataset}.{key}", str(m[key]))
+            now = int(time.time() * 1000)
+            batch = [Metric(f"{dataset}.{key}", float(m[key]), now, 0, model_id=model_id,
+                            **_split_identity(dataset))
+                     for dataset, m in metrics[system].items() for key in VERSION_METRICS
+                     if isinstance(m.get(key), (int, float)) and not isinstance(m.get(key), bool)]
+            client.log_batch(version.run_id, metrics=batch)
             client.set_model_version_tag(ctx.registered_model, version.version, "eval_run", f"runs:/{run_id}")
             tagged.append(alias)
     return tagged
+
+
+def _split_identity(dataset: str) -> dict[str, str]:
+    """dataset_name/dataset_digest of the test split `dataset` (as log_dataset names it), when it is on disk."""
+    prepared = tracking.current().prepared_dir
+    split = prepared / f"{DATASETS[dataset]}.jsonl" if prepared is not None and dataset in DATASETS else None
+    if split is None or not split.is_file():
+        return {}
+    return {"dataset_name": f"{split.parent.name}/{split.stem}", "dataset_digest": tracking.file_md5(split)}

@@ -30,8 +30,11 @@ class EvaluateConfig:
     limit: Count | None = None  # first N claims per dataset (ad-hoc runs; null = all)
     out_dir: Path = Path("eval")  # predictions/<system>/<dataset>.jsonl, traces/, cache/
     report_dir: Path = Path("reports/eval")  # the static gallery (index.html)
-    metrics_path: Path = Path("metrics/eval.json")
-    paired_path: Path = Path("metrics/eval_paired.json")
+    # DVC `metrics:`: one small file of headline numbers per dataset and system (headline.headline_row), so
+    # `dvc metrics show` prints one readable row each; the details are plain outputs (`outs:`, in git).
+    headline_dir: Path = Path("metrics/eval")  # <dataset>/<system>.json
+    metrics_path: Path = Path("reports/eval_metrics.json")  # every number: intervals, confusion, per label, timings
+    paired_path: Path = Path("reports/eval_paired.json")  # the paired tests against REFERENCE
     plots_dir: Path = Path("metrics/eval_plots")  # DVC plots data (confusion matrices, metric bars)
     eqs_judge: str | None = None  # the judge that scores EQS (a judge spec); null: reward.judge, said in every output
     # base | sft: the model the baselines run, or {baseline: base | sft} per baseline (a zero-shot model that
@@ -47,7 +50,7 @@ class EvaluateConfig:
         return self.baseline_model
 
     def __post_init__(self) -> None:
-        for name in ("out_dir", "report_dir", "metrics_path", "paired_path", "plots_dir"):
+        for name in ("out_dir", "report_dir", "headline_dir", "metrics_path", "paired_path", "plots_dir"):
             setattr(self, name, Path(getattr(self, name)))
         self.systems, self.datasets = list(self.systems), list(self.datasets)
         unknown = [s for s in self.systems if s not in SYSTEMS]

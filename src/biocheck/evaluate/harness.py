@@ -34,7 +34,9 @@ from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConf
 from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
-
+# Without progress bars (stderr not a terminal, as under `dvc repro`, or --no-progress) a line every this many
+# finished claims, and one at the end: a long evaluation shows it is alive and how far it got.
+PROGRESS_EVERY = 10
 
 
 class ReportScore(BaseModel):
@@ -186,15 +188,24 @@ def _prediction(system: System, fingerprint: str, dataset: str, claim: ClaimReco
     return pred
 
 
+def progress_line(system: str, dataset: str, done: int, total: int, failed: int, seconds: float) -> str:
+    """`evaluate: eg_grpo scifact 20/50 claims (40%), 3 failed, 1m12s` (the time this system and dataset took)."""
+    s = int(seconds)
+    took = f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"evaluate: {system} {dataset} {done}/{total} claims ({done / total:.0%}), {failed} failed, {took}"
+
+
 def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir: Path, workers: int = 1,
-               progress: bool = True, scorer: Scorer | None = None, shard: bool = False) -> list[Prediction]:
+               progress: bool = True, scorer: Scorer | None = None, shard: bool = False,
+               progress_every: int = PROGRESS_EVERY) -> list[Prediction]:
     """Every claim through `system` (cached episodes reused); write and return the predictions, in claim order.
 
     `scorer` (see make_scorer) adds EQS and EHR to report-writing systems' predictions; EQS is left None when
     the scorer has no judge or the report cites nothing, as the metrics expect. `shard`: these claims are one
     shard of an evaluation whose other shards write into the same trace folder at the same time (evaluate/
     shards.py): only the traces are written (the full pass writes the predictions from them), and no
-    temporaries are swept (they may be another shard's trace in the middle of its rename).
+    temporaries are swept (they may be another shard's trace in the middle of its rename). Without `progress`
+    bars, a progress line is logged every `progress_every` claims and when the last one finishes.
     """
     if not claims:
         raise InputError(f"{dataset}: no claims to evaluate; check the prepared split (biocheck prepare).")
@@ -218,6 +229,7 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
 
     right = sum(ep.report.conclusion == c.label for c in claims if (ep := episodes[c.id]) is not None)
     done = len(claims) - len(todo)
+    started = time.monotonic()
     with (
         tqdm(total=len(claims), initial=done, desc=f"{system.name}/{dataset}", unit="claim",
              disable=not progress) as bar,
@@ -250,6 +262,9 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
                     done += 1
                     bar.update(1)
                     bar.set_postfix(acc=f"{right / done:.3f}")
+                    if not progress and (done % max(1, progress_every) == 0 or done == len(claims)):
+                        log.info(progress_line(system.name, dataset, done, len(claims), len(errors),
+                                               time.monotonic() - started))
                     submit_next()
         except BaseException:  # a bug or Ctrl-C: stop now (finished traces stay cached), not after every claim
             pool.shutdown(wait=True, cancel_futures=True)

@@ -1,7 +1,8 @@
 """What every evaluation output shows and says: the headline columns, and what the numbers can mean.
 
-The gallery, the PR comment and the learning check read `metrics/eval.json` rows ({system: {dataset:
-system_metrics + about}}) through this one list, so they show the same metrics, each with the n it counts.
+The gallery, the PR comment and the learning check read the evaluation's rows (`reports/eval_metrics.json`,
+{system: {dataset: system_metrics + about}}) through this one list, so they show the same metrics, each with
+the n it counts. DVC's metrics (`metrics/eval/<dataset>/<system>.json`) hold exactly these: `headline_row`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ PAIRED_NAMES = {"accuracy": "accuracy", "macro_f1": "macro-F1", "grounded_rate":
                 "citing_rate": "citing rate", "ehr": "EHR (citing reports)", "ehr_micro": "micro-EHR",
                 "eqs": "EQS", "rationale_f1": "rationale F1"}
 TRAINING_JUDGE = "EQS scored by the training judge"
+# The keys of a headline file: `dvc metrics show` prints one column per key, so a file stays within this.
+MAX_HEADLINE_KEYS = 40
+
+
+def headline_row(m: Mapping[str, Any]) -> dict[str, Any]:
+    """One (system, dataset) metrics row -> its headline numbers: n, the label set the scores use, then each
+    COLUMNS metric beside its n (None where it does not apply: DVC leaves the cell empty). No intervals,
+    confusion counts, per-label scores, timings or notes: those stay in the full row."""
+    out: dict[str, Any] = {"n": m.get("n"), "label_set": m.get("label_set")}
+    for key, _, n_key in COLUMNS:
+        out[key] = m.get(key)
+        out.setdefault(n_key, m.get(n_key))
+    return out
 
 
 SIGNIFICANT = 0.05  # outputs mark a paired test's p below this

@@ -12,19 +12,21 @@ dataset, each claim giving one (numerator, denominator) pair:
 
 So one claim-level bootstrap serves them all (resample claims, sum, divide), the two systems of a paired
 test share the resampled claims, and no report that says nothing can look better than one that cites.
-Proportions of claims (den 1 per claim) get an exact binomial interval; the others a percentile bootstrap.
+Proportions of claims (den 1 per claim) get an exact binomial interval; the others scipy's BCa bootstrap
+(`biocheck.metrics.bootstrap`, which says when BCa is undefined and what it gave instead).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from biocheck.evaluate.systems.base import Prediction
-from biocheck.metrics import proportion_ci
+from biocheck.metrics import Interval, bootstrap, proportion_ci
 
 Pair = tuple[float, float]  # (numerator, denominator) of one claim
 RATIO_METRICS = ("accuracy", "parse_rate", "citing_rate", "grounded_rate", "ehr", "ehr_micro", "eqs",
@@ -76,30 +78,36 @@ def columns(metric: str, preds: Sequence[Prediction]) -> tuple[np.ndarray, np.nd
     return np.array([a for a, _ in pairs], dtype=float), np.array([b for _, b in pairs], dtype=float)
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """sum(num) / sum(den) along the last axis; NaN where the denominator sums to 0."""
+def _ratio(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
+    """sum(num) / sum(den) along the last axis (scipy's `axis`: always -1 here); NaN where the denominator
+    sums to 0."""
     n, d = num.sum(-1), den.sum(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(d > 0, n / np.where(d > 0, d, 1.0), np.nan)
 
 
-def resamples(n: int, n_resamples: int, seed: int) -> np.ndarray | None:
-    """The claim indices of each bootstrap resample (one seeded draw shared by every metric and system)."""
+@dataclass(frozen=True)
+class Resampling:
+    """The bootstrap every metric and system of one evaluation shares: one seed, so scipy draws the same
+    resampled claims for each statistic (a paired statistic resamples both systems' claims together)."""
+
+    n_resamples: int
+    seed: int
+
+
+def resamples(n: int, n_resamples: int, seed: int) -> Resampling | None:
+    """The bootstrap for `n` claims; None when there is nothing to resample (no claim, or bootstrap 0)."""
     if n == 0 or n_resamples < 1:
         return None
-    return np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+    return Resampling(n_resamples, seed)
 
 
-def _percentiles(v: np.ndarray, level: float = 0.95) -> tuple[float, float] | None:
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return None
-    tail = (1.0 - level) / 2 * 100
-    lo, hi = np.percentile(v, [tail, 100 - tail])
-    return float(lo), float(hi)
+def _paired_ratio(na: np.ndarray, da: np.ndarray, nb: np.ndarray, db: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Reference minus other, of one resample of claims (both systems' columns resampled together)."""
+    return _ratio(na, da) - _ratio(nb, db)
 
 
-def summary(metric: str, preds: Sequence[Prediction], idx: np.ndarray | None) -> dict[str, Any]:
+def summary(metric: str, preds: Sequence[Prediction], boot: Resampling | None) -> dict[str, Any]:
     """{value, lo, hi, n, interval}: the metric, its 95% interval, and n (what the denominator counts:
     claims for proportions and rationale F1, citing reports for EHR, judged reports for EQS, cited items for
     micro-EHR); every key present, None where the metric does not apply or nothing was counted."""
@@ -116,8 +124,8 @@ def summary(metric: str, preds: Sequence[Prediction], idx: np.ndarray | None) ->
     if metric in PROPORTIONS:
         ci, out["interval"] = proportion_ci(int(num.sum()), len(preds)), "exact binomial"
     else:
-        ci = None if idx is None else _percentiles(_ratio(num[idx], den[idx]))
-        out["interval"] = "bootstrap over claims" if ci is not None else None
+        found = None if boot is None else bootstrap(_ratio, (num, den), boot.n_resamples, boot.seed)
+        ci, out["interval"] = (None, None) if found is None else ((found.lo, found.hi), f"{found.method} over claims")
     if ci is not None:
         out["lo"], out["hi"] = ci
     return out
@@ -135,39 +143,34 @@ def mdd(diffs: np.ndarray, level: float = 0.95, power: float = POWER) -> float |
     return float((norm.ppf(1 - (1 - level) / 2) + norm.ppf(power)) * d.std(ddof=1))
 
 
-def paired_stat(observed_a: float, observed_b: float, boot_a: np.ndarray | None,
-                boot_b: np.ndarray | None) -> dict[str, Any]:
-    """Reference minus other: observed diff, bootstrap mean, 95% interval, two-sided p (twice the share of
-    resamples on the other side of 0, ties included, capped at 1) and the minimum detectable difference."""
+def paired_stat(observed_a: float, observed_b: float, diff_ci: Interval | None) -> dict[str, Any]:
+    """Reference minus other: observed diff, and from the paired bootstrap of the difference (`diff_ci`) its
+    mean, 95% interval (`interval` names the method), two-sided p (twice the share of resamples on the other
+    side of 0, ties included, capped at 1) and the minimum detectable difference."""
     stat: dict[str, Any] = {"reference": _finite(observed_a), "other": _finite(observed_b), "diff": None,
-                            "mean": None, "lo": None, "hi": None, "p": None, "mdd": None}
+                            "mean": None, "lo": None, "hi": None, "p": None, "mdd": None, "interval": None}
     if stat["reference"] is None or stat["other"] is None:
         return stat
     diff = observed_a - observed_b
     stat["diff"] = float(diff)
-    if boot_a is None or boot_b is None:
+    if diff_ci is None:
         return stat
-    d = boot_a - boot_b
+    d = diff_ci.distribution
     ok = d[np.isfinite(d)]
-    if ok.size == 0:
-        return stat
-    lo, hi = np.percentile(ok, [2.5, 97.5])
     beyond = np.mean(ok <= 0) if diff > 0 else np.mean(ok >= 0) if diff < 0 else 1.0
-    stat.update(mean=float(ok.mean()), lo=float(lo), hi=float(hi), p=float(min(1.0, 2 * beyond)), mdd=mdd(d))
+    stat.update(mean=float(ok.mean()), lo=diff_ci.lo, hi=diff_ci.hi, p=float(min(1.0, 2 * beyond)), mdd=mdd(d),
+                interval=f"paired {diff_ci.method} over claims")
     return stat
 
 
 def paired_ratio(metric: str, a: Sequence[Prediction], b: Sequence[Prediction],
-                 idx: np.ndarray | None) -> dict[str, Any]:
+                 boot: Resampling | None) -> dict[str, Any]:
     """`paired_stat` of a ratio metric for two systems' predictions of the same claims, in the same order."""
     if not (applies(metric, a) and applies(metric, b)):
-        return paired_stat(math.nan, math.nan, None, None)
+        return paired_stat(math.nan, math.nan, None)
     (na, da), (nb, db) = columns(metric, a), columns(metric, b)
-
-    def boot(num: np.ndarray, den: np.ndarray) -> np.ndarray | None:
-        return None if idx is None else _ratio(num[idx], den[idx])
-
-    return paired_stat(float(_ratio(na, da)), float(_ratio(nb, db)), boot(na, da), boot(nb, db))
+    ci = None if boot is None else bootstrap(_paired_ratio, (na, da, nb, db), boot.n_resamples, boot.seed)
+    return paired_stat(float(_ratio(na, da)), float(_ratio(nb, db)), ci)
 
 
 def _finite(x: float) -> float | None:

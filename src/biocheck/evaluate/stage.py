@@ -1,9 +1,10 @@
 """The evaluate stage: every system on every dataset, then metrics, paired tests, plots, gallery and MLflow.
 
 Order matters for what survives a failure: each (system, dataset) writes its predictions as soon as it is
-done; the metric files come next (DVC's metrics); the plots, the gallery and MLflow are optional extras, each
-guarded, so a missing browser library or a tracking server that is down never loses the predictions or
-the metrics. Every file is written atomically.
+done; the metric files come next: every number (`metrics_path`, `paired_path`: plain outputs) and the
+headline numbers DVC shows (`headline_dir/<dataset>/<system>.json`, headline.headline_row); the plots, the
+gallery and MLflow are optional extras, each guarded, so a missing browser library or a tracking server that
+is down never loses the predictions or the metrics. Every file is written atomically.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate import compare
 from biocheck.evaluate.config import REFERENCE, EvaluateConfig
 from biocheck.evaluate.harness import Scorer, load_episode, predictions_path, run_system
+from biocheck.evaluate.headline import headline_row
 from biocheck.evaluate.systems.base import Prediction, System
-from biocheck.io import InputError, write_json_atomic
+from biocheck.io import InputError, atomic_dir, write_json_atomic
 from biocheck.outputs import claim_dir
 from biocheck.secrets import redact
 
@@ -37,6 +39,7 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
     from biocheck.evaluate.gallery import OUTPUT
 
     claim_dir(cfg.report_dir, *OUTPUT)  # before hours of episodes: the gallery may replace only a gallery
+    _claim_headline(cfg.headline_dir)
     datasets = list(cfg.datasets)
     subsets = {d: claims[d][: cfg.limit] if cfg.limit else list(claims[d]) for d in datasets}
 
@@ -57,6 +60,7 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
                        "about": dict((about or {}).get(d, {}))} for d in datasets}
                for s in systems}
     write_json_atomic(cfg.metrics_path, metrics)
+    write_headline(metrics, cfg.headline_dir)
     paired = {}
     if REFERENCE in systems and len(systems) > 1:
         paired = {d: compare.paired_tests({s: preds[(s, d)] for s in systems}, REFERENCE, cfg.bootstrap, cfg.seed)
@@ -65,13 +69,41 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
 
     skipped: dict[str, str] = {}
     _optional("plots", skipped, compare.plot_data, metrics, cfg.plots_dir)
-    gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired)
+    gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired, profile)
     by_system = {s: {d: preds[(s, d)] for d in datasets} for s in systems}
     _optional("mlflow", skipped, compare.log_mlflow, metrics, paired, by_system, cfg, profile or "",
               system_tags=tags, gallery=cfg.report_dir if gallery else None, reference=REFERENCE)
     return {"metrics": metrics, "paired": paired, "gallery": gallery, "skipped": skipped,
             "predictions": {s: {d: predictions_path(cfg.out_dir, s, d).as_posix() for d in datasets}
                             for s in systems}}
+
+
+def write_headline(metrics: dict[str, dict[str, Any]], dest: Path) -> list[Path]:
+    """`dest/<dataset>/<system>.json`: each row's headline numbers, the folder replaced as a whole (a system or
+    dataset left out of this run leaves no stale file for DVC to show)."""
+    _claim_headline(dest)
+    written = []
+    with atomic_dir(dest) as tmp:
+        for system, by_dataset in metrics.items():
+            for dataset, m in by_dataset.items():
+                (tmp / dataset).mkdir(exist_ok=True)
+                write_json_atomic(tmp / dataset / f"{system}.json", headline_row(m))
+                written.append(dest / dataset / f"{system}.json")
+    return written
+
+
+def _claim_headline(dest: Path) -> None:
+    """InputError unless `dest` is absent, or a folder of `<dataset>/<system>.json` files only (what
+    write_headline writes): a wrong evaluate.headline_dir must not wipe another folder."""
+    dest = Path(dest)
+    if not dest.exists():
+        return
+    files = [p for p in dest.rglob("*") if not p.is_dir()] if dest.is_dir() else [dest]
+    foreign = [p for p in files if p.suffix != ".json" or p.parent.parent != dest]
+    if foreign:
+        raise InputError(f"evaluate.headline_dir {dest}: holds {foreign[0]}, which biocheck evaluate did not "
+                         "write; it replaces only its own headline files. Give another folder, or move that "
+                         "one away yourself.")
 
 
 def _optional(step: str, skipped: dict[str, str], fn, *args: Any, **kwargs: Any) -> Any:
@@ -86,10 +118,11 @@ def _optional(step: str, skipped: dict[str, str], fn, *args: Any, **kwargs: Any)
 
 
 def _gallery(cfg: EvaluateConfig, preds: dict[tuple[str, str], list[Prediction]], metrics: dict,
-             paired: dict) -> str:
+             paired: dict, profile: str | None = None) -> str:
     from biocheck.evaluate.gallery import write_gallery
 
-    index = write_gallery(cfg.report_dir, preds, lambda p: load_episode(cfg.out_dir, p), metrics, paired)
+    index = write_gallery(cfg.report_dir, preds, lambda p: load_episode(cfg.out_dir, p), metrics, paired,
+                          profile=profile)
     return Path(index).as_posix()
 
 

@@ -19,10 +19,11 @@ import json
 import logging
 import os
 import random
-import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import tenacity
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from biocheck.llm.base import AssistantTurn, GenerationConfig, LLMError, ToolCall
@@ -31,6 +32,15 @@ from biocheck.secrets import redact
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class _Busy(Exception):
+    """The server refused the connection or answered busy (RETRY_STATUS): worth another attempt."""
+
+
+def _jittered(wait: tenacity.wait.wait_base) -> Callable[[tenacity.RetryCallState], float]:
+    """`wait` times a random factor in [0.75, 1.25]: clients that failed together retry apart."""
+    return lambda state: wait(state) * random.uniform(0.75, 1.25)
 
 
 WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -164,25 +174,40 @@ class OpenAIChat:
         # Encoded here, ASCII-escaped: httpx's own encoder fails on text that is not valid Unicode (a lone
         # surrogate from a claim) with a UnicodeEncodeError instead of sending it escaped.
         content = json.dumps(body).encode("ascii")
-        last = ""
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                r = self._client.post(url, content=content)
-                if r.status_code not in RETRY_STATUS:
-                    if r.status_code >= 400:
-                        raise self._error(f"{url} answered HTTP {r.status_code}: ", r.text, 300)
-                    return r.content
-                last = f"HTTP {r.status_code}"
-            except httpx.TimeoutException as e:
-                raise self._error(f"{url}: no answer within {self.timeout:g} s ({type(e).__name__}); the server "
-                                  f"is stalled or slower than {self._timeout_setting} allows (raise it for slow "
-                                  "models).", "", 0) from None
-            except httpx.TransportError as e:
-                last = type(e).__name__
-            if attempt < self.max_attempts:
-                time.sleep(min(30.0, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.75, 1.25))
-        raise LLMError(f"{url}: no answer after {self.max_attempts} attempts ({last}). Is the server up? "
-                       "Set OPENAI_BASE_URL (e.g. http://localhost:8000/v1 for `vllm serve`).")
+        try:
+            if self.max_attempts < 1:  # tenacity always makes a first attempt
+                raise _Busy("")
+            return self._retrying()(self._post_once, url, content)
+        except _Busy as busy:
+            raise LLMError(f"{url}: no answer after {self.max_attempts} attempts ({busy}). Is the server up? "
+                           "Set OPENAI_BASE_URL (e.g. http://localhost:8000/v1 for `vllm serve`).") from None
+
+    def _retrying(self) -> tenacity.Retrying:
+        """Busy answers and refused connections retried, waiting ~0.5 s, 1 s, 2 s ... (at most ~30 s) with jitter;
+        the last `_Busy` is re-raised. Shown with --verbose only: the default output stays one line per failure."""
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_attempts),
+            wait=_jittered(tenacity.wait_exponential(multiplier=0.5, max=30.0)),
+            retry=tenacity.retry_if_exception_type(_Busy),
+            before_sleep=tenacity.before_sleep_log(log, logging.DEBUG),
+            reraise=True,
+        )
+
+    def _post_once(self, url: str, content: bytes) -> bytes:
+        """One request: the answer's body, `_Busy` (worth a retry) or LLMError."""
+        try:
+            r = self._client.post(url, content=content)
+        except httpx.TimeoutException as e:
+            raise self._error(f"{url}: no answer within {self.timeout:g} s ({type(e).__name__}); the server "
+                              f"is stalled or slower than {self._timeout_setting} allows (raise it for slow "
+                              "models).", "", 0) from None
+        except httpx.TransportError as e:
+            raise _Busy(type(e).__name__) from None
+        if r.status_code in RETRY_STATUS:
+            raise _Busy(f"HTTP {r.status_code}")
+        if r.status_code >= 400:
+            raise self._error(f"{url} answered HTTP {r.status_code}: ", r.text, 300)
+        return r.content
 
     def _malformed(self, url: str, fault: str, raw: bytes) -> LLMError:
         return self._error(f"{url}: malformed chat-completions answer ({fault}); is this an OpenAI-compatible "

@@ -1,21 +1,35 @@
-"""Model references: a local model directory, or a Hugging Face Hub model id downloaded into the HF cache.
+"""Model references: a local model directory, a Hugging Face Hub model id downloaded into the HF cache, or a
+model of the MLflow model registry.
 
 `resolve_model("models/base")` returns the directory as is; `resolve_model("Qwen/Qwen3-0.6B")` (optionally
-`"Qwen/Qwen3-0.6B@<revision>"`) returns the cached snapshot, downloading it when online. Every failure is a
-`ModelNotFoundError` whose message names the reference and says how to fix it; nothing waits on a network that is
-not there (offline mode fails at once, an unreachable Hub within the HTTP timeout).
+`"Qwen/Qwen3-0.6B@<revision>"`) returns the cached snapshot, downloading it when online;
+`resolve_model("models:/biocheck-agent@champion")` (or `models:/NAME/VERSION`) returns the registered version's
+model folder, downloaded once from the tracking store (biocheck.tracking: MLFLOW_TRACKING_URI, else the repo's
+mlflow.db) into the cache. Every failure is a `ModelNotFoundError` whose message names the reference and says how
+to fix it; nothing waits on a network that is not there (offline mode fails at once, an unreachable Hub within
+the HTTP timeout, an unreachable tracking server after one short probe).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from biocheck.io import InputError
+from biocheck.llm.spec import REGISTRY_PREFIX
 
 # Formats we never load: skip them so a hub download fetches only what transformers uses.
 IGNORE_PATTERNS = ["*.onnx", "onnx/*", "*.gguf", "*.msgpack", "*.h5", "*.ot", "*.tflite", "original/*", "*.pth"]
+
+
+# a registered model: models:/NAME@ALIAS or models:/NAME/VERSION (MLflow's own URIs)
+REGISTERED = re.compile(r"models:/(?P<name>[^@/]+)(?:@(?P<alias>[^@/]+)|/(?P<version>\d+))")
+MODEL_DIR = "model"  # where a logged model of `biocheck select` keeps the model folder (MLflow's own name)
 
 
 class ModelNotFoundError(InputError):
@@ -67,6 +81,8 @@ def resolve_model(ref: str | Path, cache_dir: str | Path | None = None, revision
     (`HF_HOME` / `HF_HUB_CACHE`). Raises `ModelNotFoundError` with a fix when it cannot be had.
     """
     text = str(ref).strip()
+    if text.startswith(REGISTRY_PREFIX):
+        return resolve_registered(text)
     if not text:
         raise ModelNotFoundError("empty model reference: give a local model directory (e.g. models/base, built by "
                                  "`biocheck model init`) or a Hugging Face model id (e.g. Qwen/Qwen3-0.6B).")
@@ -121,3 +137,100 @@ def resolve_model(ref: str | Path, cache_dir: str | Path | None = None, revision
         raise ModelNotFoundError(f"model {text!r}: could not download or read it from the Hugging Face cache: {e}") \
             from None
     return Path(snapshot)
+
+
+def cache_root() -> Path:
+    """Where downloaded registry models live: $BIOCHECK_MODEL_CACHE, else $XDG_CACHE_HOME/biocheck/models
+    (default ~/.cache/biocheck/models)."""
+    given = os.environ.get("BIOCHECK_MODEL_CACHE", "").strip()
+    if given:
+        return Path(given).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "biocheck" / "models"
+
+
+def resolve_registered(uri: str) -> Path:
+    """The model folder of the registered version `uri` names (models:/NAME@ALIAS, models:/NAME/VERSION): the
+    version's logged model downloaded once into cache_root()/<model id> (a version's files never change), then
+    read from there. ModelNotFoundError, one line, when tracking is off or its store unreachable, or the
+    registry has no such model, alias or version."""
+    from biocheck import tracking
+
+    found = REGISTERED.fullmatch(uri)
+    if not found:
+        raise ModelNotFoundError(f"model {uri!r}: not a registered model reference; write models:/NAME@ALIAS "
+                                 "(e.g. models:/biocheck-agent@champion) or models:/NAME/VERSION.")
+    where = tracking.shown_uri(tracking.tracking_uri())
+    if not tracking.enabled():
+        raise ModelNotFoundError(f"model {uri!r}: MLflow tracking is off (BIOCHECK_TRACKING), so the model "
+                                 "registry cannot be read; unset BIOCHECK_TRACKING, or give the model folder "
+                                 "(e.g. models/selected).")
+    why = tracking.store_problem()
+    if why:
+        raise ModelNotFoundError(f"model {uri!r}: the MLflow tracking store at {where} cannot be used ({why}); "
+                                 "set MLFLOW_TRACKING_URI to the store that holds the registry (or start that "
+                                 "server), or give the model folder (e.g. models/selected).")
+    version = _registered_version(uri, found["name"], found["alias"], found["version"], where)
+    model_id = tracking.version_model_id(version)
+    if not model_id:
+        raise ModelNotFoundError(f"model {uri!r}: version {version.version} of {found['name']} holds no logged "
+                                 f"model (its source is {version.source}, registered before models were logged); "
+                                 "run `biocheck select` again to register one.")
+    return _downloaded(uri, model_id)
+
+
+def _registered_version(uri: str, name: str, alias: str | None, number: str | None, where: str) -> Any:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from biocheck import tracking
+
+    client = mlflow.MlflowClient(tracking_uri=tracking.tracking_uri())
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException:
+        raise ModelNotFoundError(f"model {uri!r}: the model registry at {where} has no model {name!r}; run "
+                                 "`biocheck select` (or `dvc repro select`) to register one, or set "
+                                 "MLFLOW_TRACKING_URI to the store that holds it.") from None
+    try:
+        return client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, number)
+    except MlflowException:
+        known = ", ".join(sorted(model.aliases)) if alias else ", ".join(
+            sorted((str(v.version) for v in client.search_model_versions(f"name = '{name}'")), key=int))
+        what = f"alias {alias!r}" if alias else f"version {number}"
+        have = "aliases" if alias else "versions"
+        raise ModelNotFoundError(f"model {uri!r}: {name} has no {what} (its {have}: {known or 'none'}); pick one "
+                                 f"of those, or run `biocheck select` to register one.") from None
+
+
+def _downloaded(uri: str, model_id: str) -> Path:
+    """The logged model's folder in the cache; downloaded into a temporary sibling and renamed, so a cache
+    entry is always whole."""
+    import mlflow
+
+    from biocheck import tracking
+
+    folder = cache_root() / model_id
+    if not folder.is_dir():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{model_id}-", dir=folder.parent))
+        try:
+            mlflow.set_tracking_uri(tracking.tracking_uri())
+            tracking.use_project_artifacts()  # the project's own artifact locations (tracking.py)
+            mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{model_id}", dst_path=str(tmp),
+                                                tracking_uri=tracking.tracking_uri())
+            os.replace(tmp, folder)
+        except BaseException as e:  # Ctrl-C included: no half-downloaded folder stays in the cache
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not isinstance(e, Exception):
+                raise
+            if folder.is_dir():  # another process downloaded it meanwhile
+                return _model_dir(folder)
+            why = " ".join(str(e).split())[:300]
+            raise ModelNotFoundError(f"model {uri!r}: could not download its files ({model_id}) from the tracking "
+                                     f"store: {why}") from None
+    return _model_dir(folder)
+
+
+def _model_dir(folder: Path) -> Path:
+    return folder / MODEL_DIR if (folder / MODEL_DIR).is_dir() else folder

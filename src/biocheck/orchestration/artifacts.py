@@ -33,9 +33,10 @@ def _number(value: Any) -> float | None:
 
 
 def metric_rows(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
-    """metrics/eval.json ({system: {dataset: {...}}}) -> one row per system and dataset: n, then accuracy,
-    macro-F1, citing rate, EHR over citing reports, micro-EHR, EQS and rationale F1, each with `_lo`/`_hi`
-    (its 95% interval) and `_n` where eval.json gives one; None where a number does not apply (the report
+    """The evaluation's full metrics (reports/eval_metrics.json, {system: {dataset: {...}}}: the intervals are
+    there, not in DVC's headline files) -> one row per system and dataset: n, then accuracy, macro-F1, citing
+    rate, EHR over citing reports, micro-EHR, EQS and rationale F1, each with `_lo`/`_hi` (its 95% interval)
+    and `_n` where the metrics give one; None where a number does not apply (the report
     metrics of a system that writes no report)."""
     rows = []
     for system, by_dataset in metrics.items():

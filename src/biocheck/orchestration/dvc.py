@@ -44,6 +44,9 @@ TAIL_LINES = 200  # output lines kept for the error message
 # What DVC prints when it runs a stage (vs "Stage 'x' didn't change, skipping"): how we tell ran from skipped.
 RAN = "Running stage '{stage}'"
 LOCKED = "Unable to acquire lock"  # another DVC process holds the repo lock (.dvc/tmp/lock)
+# What DVC prints when a stage fails ("ERROR: failed to reproduce 'train@eg_grpo': failed to run: ...").
+FAILED = re.compile(r"failed to reproduce(?: stages:)? '([^']+)'")
+RUNNING = re.compile(r"Running stage '([^']+)'")
 BUSY = "is being blocked by"  # another DVC process reads or writes an output we need (.dvc/tmp/rwlock)
 
 
@@ -277,6 +280,19 @@ def _reason(text: Sequence[str]) -> str:
         if line.startswith("ERROR:"):
             return line[len("ERROR:"):].strip()
     return text[-1] if text else "no output"
+
+
+def failed_stage(lines: Sequence[str]) -> str | None:
+    """The stage a failed `dvc repro` stopped in, read from its output: DVC's own "failed to reproduce" line,
+    else the last stage it started (a killed run prints no error); None when no stage had started."""
+    text = "\n".join(lines)
+    found = FAILED.findall(text) or RUNNING.findall(text)
+    return found[-1] if found else None
+
+
+def failure_reason(lines: Sequence[str]) -> str:
+    """The most useful line of a failed run's output (the stage's `error:` line first): `_reason`."""
+    return _reason([line.strip() for line in lines if line.strip()])
 
 
 def _lock_pids(root: Path) -> list[int]:

@@ -1,28 +1,31 @@
 """The pull-request evaluation comment (`biocheck report pr`): Markdown for one PR comment, updated in place.
 
 It compares the evaluation in the working tree (what `dvc repro evaluate` just wrote) with the one committed
-at the base ref (`git show REF:metrics/eval.json`): one row per system and dataset with each headline metric
+at the base ref (`git show REF:reports/eval_metrics.json`, or `metrics/eval.json` at a base from before it moved): one row per system and dataset with each headline metric
 and its signed change, the paired tests of this run, the raw `dvc metrics diff REF --md`, which stages were
 out of date before the run (the JSON of `dvc status --json`) and a link to the uploaded gallery.
 
 Nothing here fails on missing input: a base ref that does not exist, or metrics missing on one side, become a
 line in the comment saying what is missing (and `problems`, which the CLI prints), so the workflow still
-posts a comment that explains itself.
+posts a comment that explains itself. When the pipeline itself failed (`repro_outcome`), the comment says in
+which stage, with the last lines of its log, instead of comparing metrics that this run did not write.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from biocheck.bounds import Positive
 from biocheck.evaluate.config import EvaluateConfig
 from biocheck.evaluate.gallery_svg import interval, number
 from biocheck.evaluate.headline import PAIRED_NAMES, dataset_notes, p_text
-from biocheck.orchestration.dvc import DvcError, metrics_diff
+from biocheck.orchestration.dvc import DvcError, failed_stage, failure_reason, metrics_diff
 from biocheck.secrets import redact
 
 MARKER = "<!-- biocheck-pr-eval -->"  # the comment's first line: the workflow finds the comment to update by it
@@ -35,6 +38,27 @@ MAX_CHARS = 65_000  # GitHub refuses a comment body over 65,536 characters: the 
 STATUS_PATHS = 6  # paths listed per stage and kind of change; the rest are counted
 _EVAL = EvaluateConfig()  # where the evaluate stage writes its metrics (one source for the paths)
 MINUS = "−"  # U+2212: a typographic minus in the deltas
+LOG_TAIL_LINES = 40  # the end of a failed run's log shown in the comment
+LOG_LINE_CHARS = 500  # a longer log line (a progress bar redrawn in place) is cut
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colours and cursor moves in a captured terminal log
+MISSING = "deleted"  # what `dvc status` says of a dependency or output that is not in the workspace
+
+
+class Outcome(StrEnum):
+    """How the workflow's `dvc repro` step ended: GitHub's `steps.<id>.outcome`."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+class Remote(StrEnum):
+    """What the workflow's pull step found: no DVC remote configured, a pull that worked, a pull that failed."""
+
+    NONE = "none"
+    PULLED = "pulled"
+    FAILED = "failed"
 
 
 @dataclass
@@ -43,9 +67,13 @@ class PrCommentConfig:
     status_path: Path | None = None  # `dvc status --json` captured before the run; None: not provided
     artifact_url: str | None = None  # the uploaded gallery
     root: Path = Path(".")  # the repository (git and DVC run here)
-    metrics_path: Path = _EVAL.metrics_path
+    metrics_path: Path = _EVAL.metrics_path  # every number (a plain output, in git)
     paired_path: Path = _EVAL.paired_path
+    headline_dir: Path = _EVAL.headline_dir  # DVC's metrics: what `dvc metrics diff` compares
     dvc_timeout_s: Positive = 300.0
+    repro_outcome: Outcome = Outcome.SUCCESS  # anything else: a failure comment
+    repro_log: Path | None = None  # what `dvc repro` printed; its stage and tail go into a failure comment
+    remote: Remote | None = None  # None: not said; the status then lists every change as DVC reports it
 
 
 @dataclass
@@ -56,6 +84,8 @@ class PrComment:
 
 def build(cfg: PrCommentConfig) -> PrComment:
     """The comment's Markdown and the list of what was missing (each also said in the comment)."""
+    if Outcome(cfg.repro_outcome) is not Outcome.SUCCESS:
+        return _failure_comment(cfg)
     problems: list[str] = []
     root, metrics_path = Path(cfg.root), Path(cfg.metrics_path)
     ref_error = _check_ref(root, cfg.base)
@@ -80,10 +110,41 @@ def build(cfg: PrCommentConfig) -> PrComment:
     body = [*head, "", "### What the numbers can mean", "", *_notes(new), "",
             "### Metrics per system and dataset", "", *_metric_table(new, base), "",
             "### Paired tests (this run)", "", *_paired_table(paired, paired_why), "",
-            "### Stages that were out of date before the run", "", *_status(cfg.status_path), ""]
+            "### Stages that were out of date before the run", "", *_status(cfg.status_path, cfg.remote), ""]
     diff = _dvc_diff(cfg, skip=ref_error)
     text = "\n".join(body) + "\n" + _details(diff, MAX_CHARS - len("\n".join(body)) - 200)
     return PrComment(markdown=redact(text), problems=[redact(p) for p in problems])
+
+
+# --- a failed run -------------------------------------------------------------------------------------
+
+def _failure_comment(cfg: PrCommentConfig) -> PrComment:
+    """Which stage failed and the end of its log; no metric comparison: the evaluation files in the working
+    tree are the ones committed on the branch, not this run's."""
+    lines = [MARKER, "## BioCheck evaluation", "", "### The pipeline failed", "",
+             *_failure(Outcome(cfg.repro_outcome), cfg.repro_log), "",
+             f"No comparison with the base `{_md(cfg.base)}`: the evaluation files in the working tree are not this "
+             "run's (they are the ones committed on this branch, if any).", "",
+             "### Stages that were out of date before the run", "", *_status(cfg.status_path, cfg.remote), ""]
+    return PrComment(markdown=redact("\n".join(lines)))
+
+
+def _failure(outcome: Outcome, log_path: Path | None) -> list[str]:
+    if outcome is not Outcome.FAILURE:
+        return [f"`dvc repro` did not run to the end (its step was {outcome.value}): see the workflow run's log."]
+    if log_path is None:
+        return ["`dvc repro` failed; no log was given (`--repro-log`): see the workflow run's log."]
+    try:
+        text = Path(log_path).read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        return [f"`dvc repro` failed; no log: {_html(log_path)} could not be read ({_html(e.strerror or e)})."]
+    lines = [ANSI.sub("", line).rsplit("\r", 1)[-1] for line in text.splitlines()]
+    stage = failed_stage(lines)
+    where = f"in stage **{_md(stage)}**" if stage else "before any stage ran"
+    tail = [line[:LOG_LINE_CHARS] for line in lines[-LOG_TAIL_LINES:]]
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", "\n".join(tail))), default=0))
+    return [f"`dvc repro` failed {where}:", "", f"> {_html(failure_reason(lines))}", "",
+            f"The last {len(tail)} lines of its log:", "", f"{fence}text", *tail, fence]
 
 
 # --- inputs -----------------------------------------------------------------------------------------
@@ -116,9 +177,18 @@ def _parse(text: str, where: str) -> tuple[Mapping | None, str | None]:
     return data, None
 
 
+# Where the evaluation's full metrics lived before they moved to reports/ (issue 31): a base branch committed
+# before the move still compares.
+OLD_METRICS_PATH = Path("metrics/eval.json")
+
+
 def _base_json(root: Path, ref: str, path: Path) -> tuple[Mapping | None, str | None]:
     try:
         r = _git(root, "show", f"{ref}:./{path.as_posix()}")
+        if r.returncode != 0 and path == _EVAL.metrics_path:
+            old = _git(root, "show", f"{ref}:./{OLD_METRICS_PATH.as_posix()}")
+            if old.returncode == 0:
+                return _parse(old.stdout, f"{OLD_METRICS_PATH.as_posix()} at {ref}")
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"cannot read {path.as_posix()} at {ref} ({e})"
     if r.returncode != 0:
@@ -217,7 +287,7 @@ def _metric_table(new: Mapping | None, base: Mapping | None) -> list[str]:
 def _notes(new: Mapping | None) -> list[str]:
     notes = dataset_notes(new or {})
     if not notes:
-        return ["No notes in this evaluation's metrics (an older `metrics/eval.json`)."]
+        return ["No notes in this evaluation's metrics (an older evaluation's metrics)."]
     return [f"- **{_md(d)}**: {_md('; '.join(n))}" for d, n in notes.items()] + [
         "", "EHR counts only the reports that cite: read it beside the citing rate. Rationale F1: SciFact's "
         "sentence-level selection + label F1 against the gold rationales (no judge). Macro-F1 is 2-way on a set "
@@ -289,7 +359,29 @@ def _changes(kind: str, paths: Mapping) -> str:
     return f"{kind}: " + ", ".join(items[:STATUS_PATHS]) + more
 
 
-def _status(path: Path | None) -> list[str]:
+def _present(entries: object) -> list:
+    """A stage's `dvc status` entries without the files that are merely not in the workspace ("deleted"
+    dependencies and outputs): without a remote, that is every output of every stage, and says nothing."""
+    out = []
+    for entry in entries if isinstance(entries, list) else [entries]:
+        if isinstance(entry, Mapping):
+            kept = {k: {p: w for p, w in v.items() if w != MISSING} if isinstance(v, Mapping) else v
+                    for k, v in entry.items()}
+            kept = {k: v for k, v in kept.items() if v}
+            if kept:
+                out.append(kept)
+        else:
+            out.append(entry)
+    return out
+
+
+REMOTE_LINES = {
+    Remote.NONE: "No DVC remote: everything was recomputed.",
+    Remote.FAILED: "The DVC remote could not be pulled from: everything was recomputed.",
+}
+
+
+def _status(path: Path | None, remote: Remote | None = None) -> list[str]:
     if path is None:
         return ["Not provided (`--status`: the output of `dvc status --json` before the run)."]
     try:
@@ -300,7 +392,19 @@ def _status(path: Path | None) -> list[str]:
         return [f"Not available: {_md(path)} is not the JSON object `dvc status --json` prints."]
     if not data:
         return ["Everything was up to date: no stage reran."]
-    lines = []
+    lines: list[str] = []
+    if remote is not None:  # files missing from the workspace are the remote's story, told in one line
+        remote = Remote(remote)
+        present = {stage: _present(entries) for stage, entries in data.items()}
+        missing = [str(stage) for stage, entries in present.items() if not entries]
+        data = {stage: entries for stage, entries in present.items() if entries}
+        if remote in REMOTE_LINES:
+            lines.append(REMOTE_LINES[remote])
+        elif missing:
+            lines.append(f"Not in the DVC remote (recomputed): {_md(', '.join(missing))}.")
+        if not data:
+            return lines
+        lines += ["", "Changed since `dvc.lock`:", ""]
     for stage, entries in data.items():
         parts = []
         for entry in entries if isinstance(entries, list) else [entries]:
@@ -320,12 +424,24 @@ def _dvc_diff(cfg: PrCommentConfig, skip: str | None) -> str:
     """`dvc metrics diff BASE --md` over the evaluation's metric files, or why it is not shown."""
     if skip:
         return "Not run: the base ref is not available."
-    targets = [Path(cfg.metrics_path).as_posix(), Path(cfg.paired_path).as_posix()]
+    targets = [Path(cfg.headline_dir).as_posix()]
     try:
         diff = metrics_diff(cfg.root, cfg.base, targets, timeout=cfg.dvc_timeout_s)
     except DvcError as e:
         return f"`dvc metrics diff` {_md(e)}"
-    return diff or "No metric changed."
+    rows = diff.splitlines()
+    kept = [row for row in rows if not _timing(row)]
+    if len(kept) <= 2 < len(rows):  # only the header is left
+        return "No metric changed but the timings."
+    return "\n".join(kept) or "No metric changed."
+
+
+def _timing(row: str) -> bool:
+    """A `dvc metrics diff --md` row of a timing (`seconds_total`, `train_seconds`): it changes on every run
+    and says nothing about the pull request."""
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    metric = cells[1].rsplit(".", 1)[-1] if len(cells) > 1 else ""
+    return metric.startswith("seconds") or metric.endswith("_seconds")
 
 
 def _details(diff: str, budget: int) -> str:

@@ -1,4 +1,4 @@
-"""HTTP to E-utilities: rate limiting, retries with backoff, and secret redaction.
+"""HTTP to E-utilities: rate limiting, retries with backoff (tenacity), and secret redaction.
 
 Every attempt (first try or retry) takes a slot from the shared rate limiter, because NCBI
 counts every request (each redirect hop too). The slot counts as "on its way" from its grant
@@ -29,6 +29,7 @@ from typing import TypeVar
 from urllib.parse import urljoin
 
 import httpx
+import tenacity
 
 from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError
 from biocheck.pubmed.ratelimit import RateLimiter, Slot
@@ -56,6 +57,13 @@ class _Retry(Exception):
         self.reason = reason
         self.retry_after = retry_after
         self.status = status
+
+
+def _failure(state: tenacity.RetryCallState) -> _Retry:
+    """The `_Retry` the attempt just made raised (the only exception tenacity retries here)."""
+    exc = state.outcome.exception() if state.outcome else None
+    assert isinstance(exc, _Retry)
+    return exc
 
 
 @dataclass(frozen=True)
@@ -150,33 +158,49 @@ class EutilsTransport:
         what = endpoint.removesuffix(".fcgi")
         fields = {**params, **self._identity}
         attempts = self.policy.max_attempts
-        last = "no attempt made"
-        for attempt in range(1, attempts + 1):
-            try:
-                return self._attempt(url, what, fields, parse)
-            except _Retry as retry:
-                last = retry.reason
-                if attempt == attempts:
-                    break
-                delay = self.policy.delay(attempt, retry.retry_after, self._rng)
-                if retry.retry_after is not None and retry.retry_after > self.policy.max_retry_after:
-                    raise BackendError(
-                        f"PubMed {what} asked us to wait {retry.retry_after:.0f} s (Retry-After), more than "
-                        f"the {self.policy.max_retry_after:.0f} s allowed; NCBI is throttling this client, "
-                        "try again later or set NCBI_API_KEY"
-                    ) from None
-                if retry.status == 429:
-                    self.limiter.defer(delay)  # every caller holds off, not just this one
-                logger.warning(
-                    "PubMed %s: %s; retrying in %.2f s (attempt %d/%d)",
-                    what, self.redact(last), delay, attempt + 1, attempts,
-                )
-                self._sleep(delay)
-        # Not a text for the model: "no evidence" because NCBI was down would be a wrong report (exit 0, NEI).
-        raise BackendError(
-            f"PubMed {what} failed after {attempts} attempts (last error: {self.redact(last)}) "
-            f"at {self.redact(url)}; NCBI may be down or throttling this client: retry later, "
-            "set NCBI_API_KEY for a higher rate limit, or use the replay backend offline"
+        try:
+            if attempts < 1:  # tenacity always makes a first attempt; a policy without attempts sends nothing
+                raise _Retry("no attempt made")
+            return self._retrying(what)(self._attempt, url, what, fields, parse)
+        except _Retry as retry:
+            # Not a text for the model: "no evidence" because NCBI was down would be a wrong report (exit 0, NEI).
+            raise BackendError(
+                f"PubMed {what} failed after {attempts} attempts (last error: {self.redact(retry.reason)}) "
+                f"at {self.redact(url)}; NCBI may be down or throttling this client: retry later, "
+                "set NCBI_API_KEY for a higher rate limit, or use the replay backend offline"
+            ) from None
+
+    def _retrying(self, what: str) -> tenacity.Retrying:
+        """Retry `_Retry` up to the policy's attempts; the last one's `_Retry` is re-raised to `call`."""
+        policy, attempts = self.policy, self.policy.max_attempts
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            if state.attempt_number >= attempts:  # tenacity asks for a wait before it stops: draw no jitter
+                return 0.0
+            return policy.delay(state.attempt_number, _failure(state).retry_after, self._rng)
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            retry, delay = _failure(state), state.upcoming_sleep
+            if retry.retry_after is not None and retry.retry_after > policy.max_retry_after:
+                raise BackendError(
+                    f"PubMed {what} asked us to wait {retry.retry_after:.0f} s (Retry-After), more than "
+                    f"the {policy.max_retry_after:.0f} s allowed; NCBI is throttling this client, "
+                    "try again later or set NCBI_API_KEY"
+                ) from None
+            if retry.status == 429:
+                self.limiter.defer(delay)  # every caller holds off, not just this one
+            logger.warning(
+                "PubMed %s: %s; retrying in %.2f s (attempt %d/%d)",
+                what, self.redact(retry.reason), delay, state.attempt_number + 1, attempts,
+            )
+
+        return tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=wait,
+            retry=tenacity.retry_if_exception_type(_Retry),
+            before_sleep=before_sleep,
+            sleep=self._sleep,
+            reraise=True,
         )
 
     def _post(self, url: str, what: str, fields: dict[str, str]) -> httpx.Response:

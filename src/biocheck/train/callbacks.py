@@ -154,3 +154,66 @@ class SampleEpisodes(TrainerCallback):
                               f"samples/step_{state.global_step:05d}.json")  # secrets blanked
         except Exception as e:  # logging must never stop training
             log.warning("could not log sample episodes: %s", e)
+
+
+def _mlflow_callback_class():
+    from transformers.integrations import MLflowCallback
+
+    return MLflowCallback
+
+
+class TrainMetrics:
+    """What a GRPO run logs to MLflow besides TRL's own keys, and what it leaves out (TrainLog uses it).
+
+    `eval_reward` / `reward` is each variant's own formula (outcome-only: R_outcome alone), so those curves do
+    not compare across variants. Both variants compute and log every component (`rewards/<name>/mean`,
+    `eval_rewards/<name>/mean`; outcome-only with weight 0), and TrainLog adds the EG-GRPO formula over them
+    for both: `reward_eg_grpo` and `eval_reward_eg_grpo` (the mean of a weighted sum is the weighted sum of
+    the means). The clip ratios (`clip_ratio/*`) are left out while `num_iterations` is 1: one optimiser step
+    per batch keeps the importance ratio at exactly 1, so they are 0 by construction."""
+
+    def __init__(self, weights: dict[str, float]) -> None:
+        self.weights = dict(weights)  # the EG-GRPO weight of each component (hallucination negative)
+
+    def derived(self, logs: dict[str, Any]) -> dict[str, float]:
+        out = {}
+        for prefix, name in (("rewards/", "reward_eg_grpo"), ("eval_rewards/", "eval_reward_eg_grpo")):
+            parts = [logs.get(f"{prefix}{c}/mean") for c in self.weights]
+            if all(isinstance(v, (int, float)) for v in parts):
+                out[name] = float(sum(w * v for w, v in zip(self.weights.values(), parts, strict=True)))
+        return out
+
+    def keep(self, key: str, num_iterations: int) -> bool:
+        return not (num_iterations == 1 and (key.startswith("clip_ratio/") or key.startswith("eval_clip_ratio/")))
+
+
+def train_log(weights: dict[str, float]):
+    """A transformers MLflowCallback for BioCheck's training run (make_trainer adds it when tracking is on).
+
+    Differences from the stock callback, which `report_to=["mlflow"]` would add: it logs into the run
+    `tracking.run` opened and never ends it; TrainingArguments and the model config (~280 values) are the
+    artifact `trainer_config.json`, not params (the run's params are BioCheck's own train/agent/reward
+    config); every step's logs get TrainMetrics' derived keys and lose the always-zero clip ratios. With
+    report_to=[] TRL's profiling timers (`profiling/Time taken: ...`) are not sent to MLflow at all."""
+    metrics = TrainMetrics(weights)
+
+    class TrainLog(_mlflow_callback_class()):
+        def setup(self, args, state, model):
+            from biocheck import tracking
+
+            self._log_artifacts, self._async_log, self._auto_end_run = False, False, False
+            if state.is_world_process_zero and self._ml_flow.active_run() is not None:
+                config = getattr(model, "config", None)
+                tracking.log_text(json.dumps({"training_arguments": args.to_dict(),
+                                              "model_config": config.to_dict() if config is not None else None},
+                                             indent=2, default=str), "trainer_config.json")
+            self._initialized = True
+
+        def on_log(self, args, state, control, logs, model=None, **kwargs):
+            if self._ml_flow.active_run() is None:
+                return
+            n = getattr(args, "num_iterations", 1)
+            logs = {**{k: v for k, v in (logs or {}).items() if metrics.keep(k, n)}, **metrics.derived(logs or {})}
+            super().on_log(args, state, control, logs, model=model, **kwargs)
+
+    return TrainLog()

@@ -230,11 +230,18 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
         warnings.filterwarnings("ignore", message=f"`{name}` is deprecated", category=FutureWarning)
     from trl import GRPOTrainer
 
-    from biocheck.train.callbacks import TrainProgress
+    from biocheck.train.callbacks import TrainProgress, train_log
 
     class BioCheckGRPOTrainer(ConsoleMixin, NoEvalLossMixin, TimedMixin, UnknownToolsMixin, GRPOTrainer):
         console = TrainProgress(bar=progress, every=progress_every(cfg))
 
+    callbacks = list(callbacks or [])
+    if "mlflow" in report_to:  # our MLflow callback (callbacks.train_log), not the stock one report_to adds,
+        # and no `profiling/...` timers (TRL sends them to every backend in report_to)
+        report_to = [r for r in report_to if r != "mlflow"]
+        rc = bank.cfg
+        callbacks.append(train_log({"outcome": 1.0, "search": rc.beta1, "evidence": rc.beta2,
+                                    "hallucination": -rc.beta3}))
     args = cfg.grpo_config(cfg.out_dir, max_tool_iters, report_to)
     args.reward_weights = bank.weights()
     peft_config = None
@@ -244,7 +251,7 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
         peft_config = LoraConfig(task_type="CAUSAL_LM", **cfg.lora)
     return BioCheckGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=bank.functions(), args=args,
                                train_dataset=train_ds, eval_dataset=eval_ds, environment_factory=env_factory,
-                               peft_config=peft_config, callbacks=callbacks or [])
+                               peft_config=peft_config, callbacks=callbacks)
 
 
 __all__ = ["TrainConfig", "make_trainer", "progress_every", "prepare_out_dir", "previous_dir", "complete_checkpoints",

@@ -3,9 +3,10 @@
 Each checkpoint's validation reward is the `eval_reward` TRL logged at its step (save_steps is a
 multiple of eval_steps, so there is one); ties go to the earlier step. The selected weights are
 copied to `models/selected`, the whole table goes to `metrics/selection.json` (+ a CSV curve for DVC
-plots), and the model is registered in the MLflow model registry (run `select <variant>` in the train
-experiment): a new version tagged with its validation reward, step, variant, model fingerprint and a
-link to that run, under the alias `champion` (the outcome-only comparison: `challenger`).
+plots), and the model is logged as an MLflow model of the run `select <variant>` (train experiment; a copy
+of the files, docs/mlflow.md) and registered from there: a new version tagged with its validation reward,
+step, variant, model fingerprint and a link to that run, under the alias `champion` (the outcome-only
+comparison: `challenger`), loadable as `models:/biocheck-agent@champion`.
 
 Every finished checkpoint is checked before anything is selected or copied: its `trainer_state.json` must be
 a trainer state (a log history of steps) and its model files loadable (`biocheck.llm.load.check_model_dir`).
@@ -27,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from biocheck.io import InputError, atomic_path, write_json_atomic
+from biocheck.llm.resolve import MODEL_DIR  # the model folder inside a logged model (`models:/` resolves to it)
 from biocheck.outputs import output_dir
 from biocheck.train.grpo import TRAINER_STATE, complete_checkpoints
 
@@ -166,26 +168,29 @@ def select(cfg: SelectConfig | None = None, variant: str = "eg_grpo") -> dict[st
     write_json_atomic(cfg.metrics_path, result)
     with atomic_path(cfg.curve_path) as tmp:
         with open(tmp, "w", newline="") as f:
+            # Long format, a row per logged value: the validation reward exists every eval_steps only, and an
+            # empty cell would be drawn as 0 (.dvc/plots/curves.json colours by `curve`).
             w = csv.writer(f)
-            w.writerow(["step", "train_reward", "eval_reward"])
-            train = {h["step"]: h["reward"] for h in history if "reward" in h}
-            ev = {h["step"]: h["eval_reward"] for h in history if "eval_reward" in h}
-            for step in sorted(set(train) | set(ev)):
-                w.writerow([step, train.get(step, ""), ev.get(step, "")])
+            w.writerow(["step", "curve", "reward"])
+            for curve, key in (("train", "reward"), ("validation", "eval_reward")):
+                values = {h["step"]: h[key] for h in history if h.get(key) is not None}
+                w.writerows([step, curve, values[step]] for step in sorted(values))
     if cfg.register:
         result["registered"] = register(cfg, best, variant)
     return result
 
 
 def register(cfg: SelectConfig, best: dict[str, Any], variant: str = "eg_grpo") -> dict[str, Any] | None:
-    """Register models/selected as a new version of `cfg.registered_model` under `cfg.alias` (champion), from
-    the run `select <variant>`; None when tracking is off or fails (the selection itself is written)."""
+    """Log models/selected as an MLflow model of the run `select <variant>` and register that logged model as a
+    new version of `cfg.registered_model` under `cfg.alias` (champion). The version holds a copy of the files:
+    the next selection overwrites models/selected, not what a version holds. None when tracking is off or fails
+    (the selection itself is written)."""
     from biocheck import tracking
     from biocheck.llm.load import model_fingerprint
 
     if not tracking.enabled():
         return None
-    fingerprint = model_fingerprint(cfg.out_dir)  # evaluate tags this version only if it ran these weights
+    fingerprint = model_fingerprint(cfg.out_dir)  # evaluate attaches metrics to this version only if it ran these
     registered = None
     with tracking.run(f"select@{variant}", run_name=f"select {variant}", params={"selected_step": best["step"]},
                       tags={"variant": variant, "model_fingerprint": fingerprint}) as run:
@@ -202,9 +207,80 @@ def register(cfg: SelectConfig, best: dict[str, Any], variant: str = "eg_grpo") 
             except mlflow.exceptions.MlflowException:
                 client.create_registered_model(cfg.registered_model, description="BioCheck agent policy (EG-GRPO)")
             tags = {"validation_reward": str(best["eval_reward"]), "step": str(best["step"]), "variant": variant,
-                    "model_fingerprint": fingerprint, **tracking.run_link(run)}
-            mv = client.create_model_version(cfg.registered_model, source=cfg.out_dir.resolve().as_uri(),
-                                             run_id=run.info.run_id, tags=tags)
+                    "model_fingerprint": fingerprint}
+            logged = log_model(cfg.out_dir, run.info.run_id, tags=tags)
+            mv = client.create_model_version(cfg.registered_model, source=logged.model_uri, run_id=run.info.run_id,
+                                             tags={**tags, **tracking.run_link(run)}, model_id=logged.model_id)
             client.set_registered_model_alias(cfg.registered_model, cfg.alias, mv.version)
             registered = {"name": cfg.registered_model, "version": mv.version, "alias": cfg.alias}
     return registered
+
+
+TOKENIZER_DIR = "components/tokenizer"  # the tokenizer's copy mlflow.transformers loads
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def log_model(folder: Path, run_id: str, name: str = "agent", tags: dict[str, str] | None = None) -> Any:
+    """Log the model folder as an MLflow model (MLflow 3 LoggedModel) of run `run_id`, its files copied as they
+    are into the model's artifacts under MODEL_DIR (nothing loaded: a 4B model costs a file copy), with a
+    signature (a claim in, a report out). A full causal LM with its tokenizer also gets the transformers
+    flavor, so that `mlflow.transformers.load_model("models:/...")` builds a text-generation pipeline; any
+    other folder (a LoRA adapter) is artifacts only, read by `biocheck check --llm models:/...`. Returns the
+    LoggedModel (its `model_uri` is `models:/m-...`)."""
+    import tempfile
+
+    import mlflow
+    from mlflow.entities import LoggedModelStatus
+
+    from biocheck import tracking
+    from biocheck.outputs import MARK_FILE
+
+    model = mlflow.initialize_logged_model(name=name, source_run_id=run_id, tags=tags)
+    try:
+        # Staged beside the model (same disk, not a possibly small /tmp).
+        with tempfile.TemporaryDirectory(prefix=".biocheck-model-", dir=Path(folder).resolve().parent) as tmp:
+            staged = Path(tmp)
+            files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.name != MARK_FILE)
+            (staged / MODEL_DIR).mkdir()
+            for file in files:  # as every MLflow artifact: the environment's secrets blanked
+                if not tracking.copy_redacted(file, staged / MODEL_DIR / file.name):
+                    raise tracking.Unavailable(f"{file} holds a secret from the environment and is not text: "
+                                               "the model is not logged without it")
+            _mlmodel(staged, run_id, model.model_id).save(str(staged / "MLmodel"))
+            mlflow.MlflowClient().log_model_artifacts(model.model_id, str(staged))
+    except BaseException:
+        mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+        raise
+    return mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+
+
+def _mlmodel(staged: Path, run_id: str, model_id: str) -> Any:
+    """The MLmodel file of a logged model: signature, and the transformers + pyfunc flavors for a causal LM
+    (written as mlflow.transformers.save_model writes them for a local checkpoint, whose own code cannot
+    read transformers 5's task registry; the tokenizer is copied to where that flavor loads it)."""
+    import mlflow
+    import transformers
+    from mlflow.models import Model, ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    signature = ModelSignature(inputs=Schema([ColSpec("string", "claim")]), outputs=Schema([ColSpec("string", "report")]))
+    mlmodel = Model(run_id=run_id, model_id=model_id, signature=signature)
+    folder = staged / MODEL_DIR
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    tokenizer = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if not isinstance(config, dict) or not config.get("architectures") or not tokenizer:
+        return mlmodel
+    (staged / TOKENIZER_DIR).mkdir(parents=True)
+    for file in tokenizer:
+        shutil.copy2(file, staged / TOKENIZER_DIR / file.name)
+    mlmodel.add_flavor("transformers", transformers_version=transformers.__version__, code=None,
+                       task="text-generation", instance_type="TextGenerationPipeline",
+                       pipeline_model_type="AutoModelForCausalLM", source_model_name=MODEL_DIR,
+                       model_binary=MODEL_DIR, torch_dtype=None, components=["tokenizer"],
+                       tokenizer_type="AutoTokenizer", tokenizer_name=MODEL_DIR)
+    mlflow.pyfunc.add_to_model(mlmodel, loader_module="mlflow.transformers")
+    return mlmodel

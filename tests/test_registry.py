@@ -1,0 +1,225 @@
+"""The model registry holds models: `biocheck select` logs the selected checkpoint as an MLflow model of its
+`select <variant>` run and registers that logged model, so `models:/biocheck-agent@champion` loads through
+MLflow (`mlflow.transformers.load_model`) and through BioCheck (`--llm models:/...`, downloaded into a cache),
+and a version keeps its own copy of the files; evaluation results are metrics of the logged model; a moved
+project still reads its artifacts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+from typer.testing import CliRunner
+
+from biocheck import tracking
+from biocheck.cli import app
+from biocheck.llm.load import load_model, model_fingerprint
+from biocheck.llm.resolve import ModelNotFoundError, resolve_model
+from biocheck.llm.spec import split_spec
+from biocheck.train.select import SelectConfig, select
+from tests.test_train import _fake_checkpoints
+
+NAME = "biocheck-agent"
+runner = CliRunner()
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A tracking store of this test's own (its registry starts empty) and a model cache of its own."""
+    for name in (tracking.PIPELINE_ENV, "DVC_STAGE", "DVC_ROOT", "BIOCHECK_TRACKING"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("BIOCHECK_MODEL_CACHE", str(tmp_path / "model-cache"))
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    return mlflow.MlflowClient()
+
+
+def _tiny_checkpoints(root: Path, model: Path, rewards: dict[int, float]) -> Path:
+    """Training checkpoints holding the tiny model (a real causal LM with its tokenizer), best: max reward."""
+    history = [{"step": 0, "eval_reward": 0.1}]
+    for step, r in rewards.items():
+        history.append({"step": step, "eval_reward": r})
+        d = root / f"checkpoint-{step}"
+        shutil.copytree(model, d, ignore=shutil.ignore_patterns(".biocheck-output"))
+        (d / "trainer_state.json").write_text(json.dumps({"log_history": [h for h in history if h["step"] <= step]}))
+    return root
+
+
+def _select(tmp: Path, ckpts: Path, **kw) -> dict:
+    cfg = SelectConfig(checkpoints=ckpts, out_dir=tmp / "selected", metrics_path=tmp / "sel.json",
+                       curve_path=tmp / "curve.csv", registered_model=NAME, **kw)
+    return select(cfg, variant="outcome_only" if kw.get("alias") == "challenger" else "eg_grpo")
+
+
+@pytest.fixture
+def champion(tmp_path, store, tiny_model):
+    _select(tmp_path, _tiny_checkpoints(tmp_path / "ckpt", tiny_model, {10: 0.2, 20: 0.5}))
+    return store.get_model_version_by_alias(NAME, "champion")
+
+
+def test_the_champion_loads_through_mlflow_after_select(champion, store, tmp_path):
+    model_id = tracking.version_model_id(champion)
+    assert champion.source == f"models:/{model_id}"  # the logged model, not the workspace folder
+    logged = store.get_logged_model(model_id)
+    assert logged.source_run_id == champion.run_id and str(logged.status) == "READY"
+    assert store.get_run(champion.run_id).info.run_name == "select eg_grpo"
+    pipe = mlflow.transformers.load_model(f"models:/{NAME}@champion")
+    assert type(pipe).__name__ == "TextGenerationPipeline"
+    assert pipe.model.config.to_dict()["architectures"] == json.loads(
+        (tmp_path / "selected" / "config.json").read_text())["architectures"]
+    assert pipe.tokenizer.chat_template  # the project's chat template came along
+    info = mlflow.models.get_model_info(f"models:/{NAME}@champion")
+    assert info.signature.inputs.input_names() == ["claim"] and info.signature.outputs.input_names() == ["report"]
+
+
+def test_biocheck_loads_the_champion_by_its_registry_uri(champion, store, tmp_path):
+    uri = f"models:/{NAME}@champion"
+    assert split_spec(uri) == ("transformers", uri)
+    folder = resolve_model(uri)
+    assert folder.is_relative_to(tmp_path / "model-cache")
+    assert model_fingerprint(folder) == champion.tags["model_fingerprint"] == model_fingerprint(tmp_path / "selected")
+    assert resolve_model(f"models:/{NAME}/{champion.version}") == folder  # by number: the same cached copy
+    loaded = load_model(uri, device="cpu")
+    assert loaded.spec == f"transformers:{uri}" and loaded.path == folder
+
+
+def test_check_runs_with_the_registered_champion(champion, evidence_workdir, monkeypatch, tmp_path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # the store select wrote
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", f"models:/{NAME}@champion",
+                            "--max-searches", "1", "--trace", "t.json"])
+    assert r.exit_code == 0, r.output
+    trace = json.loads((evidence_workdir / "t.json").read_text())
+    assert f"models:/{NAME}@champion" in json.dumps(trace)
+    assert champion.tags["model_fingerprint"] in json.dumps(trace)
+
+
+def test_a_new_selection_leaves_the_older_versions_files_as_they_were(tmp_path, store):
+    _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.2, 20: 0.5}))
+    first = store.get_model_version_by_alias(NAME, "champion")
+    _select(tmp_path, _fake_checkpoints(tmp_path / "b", {30: 0.9}))  # overwrites models/selected
+    second = store.get_model_version_by_alias(NAME, "champion")
+    assert (str(first.version), str(second.version)) == ("1", "2")
+    old = resolve_model(f"models:/{NAME}/1")
+    assert (old / "selection.json").is_file() and json.loads((old / "selection.json").read_text())["step"] == 20
+    assert model_fingerprint(old) == first.tags["model_fingerprint"] != model_fingerprint(tmp_path / "selected")
+    assert json.loads((resolve_model(f"models:/{NAME}@champion") / "selection.json").read_text())["step"] == 30
+    # a folder that is no causal LM (no tokenizer, no architectures) is logged as files, without the flavor
+    assert "transformers" not in mlflow.models.get_model_info(f"models:/{NAME}/1").flavors
+
+
+@pytest.mark.parametrize("uri, message", [
+    (f"models:/{NAME}@nobody", "has no alias 'nobody' (its aliases: champion)"),
+    (f"models:/{NAME}/7", "has no version 7 (its versions: 1)"),
+    ("models:/unknown-model@champion", "has no model 'unknown-model'"),
+    (f"models:/{NAME}", "not a registered model reference"),
+])
+def test_a_registry_reference_that_names_nothing_is_one_line(tmp_path, store, uri, message):
+    _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.2}))
+    with pytest.raises(ModelNotFoundError, match=re.escape(message)) as e:
+        resolve_model(uri)
+    assert "\n" not in str(e.value)
+
+
+def test_the_registry_with_tracking_off_or_unreachable_is_one_line(tmp_path, monkeypatch, store):
+    monkeypatch.setenv("BIOCHECK_TRACKING", "off")
+    with pytest.raises(ModelNotFoundError, match="MLflow tracking is off"):
+        resolve_model(f"models:/{NAME}@champion")
+    monkeypatch.delenv("BIOCHECK_TRACKING")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'missing' / 'mlflow.db'}")
+    with tracking.context():  # a new stage probes afresh
+        with pytest.raises(ModelNotFoundError, match=r"cannot be used \(its folder .*missing does not exist\)"):
+            resolve_model(f"models:/{NAME}@champion")
+    r = runner.invoke(app, ["check", "A claim.", "--llm", f"models:/{NAME}@champion"])
+    assert r.exit_code == 1 and r.output.strip().startswith("error:") and "Traceback" not in r.output
+
+
+def test_evaluation_metrics_are_metrics_of_the_logged_model(tmp_path, store, caplog):
+    from biocheck.evaluate.compare import tag_registered_versions
+
+    _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.2, 20: 0.5}))
+    _select(tmp_path, _fake_checkpoints(tmp_path / "b", {10: 0.4}), alias="challenger")
+    champion = store.get_model_version_by_alias(NAME, "champion")
+    challenger = store.get_model_version_by_alias(NAME, "challenger")
+    metrics = {s: {"scifact": {"n": 3, "accuracy": 0.5, "macro_f1": 0.25, "eqs": None, "ci": {"accuracy": {}}},
+                   "healthfc": {"n": 7, "accuracy": 0.75, "macro_f1": 0.5, "eqs": 0.125}}
+               for s in ("eg_grpo", "outcome_only")}
+    ran = {"eg_grpo": {"model_fingerprint": champion.tags["model_fingerprint"]},
+           "outcome_only": {"model_fingerprint": "another-model"}}
+    with tracking.run("evaluate") as run:
+        pass
+    caplog.set_level(logging.INFO, logger="biocheck")
+    with tracking.context(registered_model=NAME, aliases={"eg_grpo": "champion", "outcome_only": "challenger"}):
+        assert tag_registered_versions(metrics, ran, run.info.run_id) == ["champion"]
+    logged = store.get_logged_model(tracking.version_model_id(champion))
+    assert {(m.key, m.value) for m in logged.metrics} == {
+        ("scifact.n", 3), ("scifact.accuracy", 0.5), ("scifact.macro_f1", 0.25),
+        ("healthfc.n", 7), ("healthfc.accuracy", 0.75), ("healthfc.macro_f1", 0.5), ("healthfc.eqs", 0.125)}
+    assert {m.run_id for m in logged.metrics} == {champion.run_id}  # the model's own run (select)
+    version = store.get_model_version(NAME, champion.version)
+    assert not [k for k in version.tags if k.startswith("eval.")]  # numbers are metrics, not text tags
+    assert version.tags["eval_run"] == f"runs:/{run.info.run_id}"
+    assert not store.get_logged_model(tracking.version_model_id(challenger)).metrics  # not the model outcome_only ran
+    assert "is not the model outcome_only ran" in caplog.text
+
+
+def test_a_moved_project_reads_its_own_artifacts(tmp_path, monkeypatch):
+    """Artifact locations are relative to the folder of the SQLite database: a project moved (or copied) with
+    its mlflow.db and mlartifacts/ reads the files there, not in the old place."""
+    for name in (tracking.PIPELINE_ENV, "DVC_STAGE", "DVC_ROOT", "BIOCHECK_TRACKING"):
+        monkeypatch.delenv(name, raising=False)
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{old / 'mlflow.db'}")
+    monkeypatch.setenv("BIOCHECK_MODEL_CACHE", str(tmp_path / "cache-old"))
+    monkeypatch.chdir(tmp_path)  # not the project: MLflow's default would put the files under ./mlruns
+    _select(old, _fake_checkpoints(old / "ckpt", {10: 0.2}))
+    client = mlflow.MlflowClient(tracking.tracking_uri())
+    version = client.get_model_version_by_alias(NAME, "champion")
+    location = client.get_experiment_by_name("biocheck-train").artifact_location
+    assert location == "biocheck-artifacts:/mlartifacts/biocheck-train"  # no absolute path in the database
+    assert list((old / "mlartifacts").rglob("selection.json")) and not (tmp_path / "mlruns").exists()
+    model_id = tracking.version_model_id(version)
+
+    old.rename(new)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{new / 'mlflow.db'}",
+           "BIOCHECK_MODEL_CACHE": str(tmp_path / "cache-new")}
+    after = subprocess.run([sys.executable, "-c", MOVED.format(name=NAME, model_id=model_id)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True)  # a new process, as after a move
+    assert after.returncode == 0, after.stderr
+    step, fingerprint, files = after.stdout.split()
+    assert (step, fingerprint) == ("10", version.tags["model_fingerprint"])
+    assert str(tmp_path / "cache-new") in files and not (tmp_path / "cache-old").exists()
+
+
+MOVED = """import json, mlflow
+from biocheck import tracking
+from biocheck.llm.load import model_fingerprint
+from biocheck.llm.resolve import resolve_model
+folder = resolve_model("models:/{name}@champion")
+tracking.use_project_artifacts()
+listed = {{f.path for f in mlflow.MlflowClient(tracking.tracking_uri()).list_logged_model_artifacts("{model_id}")}}
+assert {{"MLmodel", "model"}} <= listed, listed
+print(json.loads((folder / "selection.json").read_text())["step"], model_fingerprint(folder), folder)
+"""
+
+
+def test_mlflow_processes_find_the_artifact_scheme_through_the_packages_entry_point():
+    """`mlflow ui` and a plain `mlflow.transformers.load_model` load `biocheck-artifacts:` from the entry point."""
+    import importlib.metadata
+    import tomllib
+
+    from tests.conftest import REPO
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
+    value = declared["mlflow.artifact_repository"][tracking.ARTIFACT_SCHEME]
+    cls = importlib.metadata.EntryPoint(tracking.ARTIFACT_SCHEME, value, "mlflow.artifact_repository").load()
+    repo = cls(f"{tracking.ARTIFACT_SCHEME}:/mlartifacts/x/1", tracking_uri="sqlite:////srv/project/mlflow.db")
+    assert repo.artifact_dir == "/srv/project/mlartifacts/x/1"
