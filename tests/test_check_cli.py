@@ -133,7 +133,7 @@ def test_batch_writes_traces_and_resumes(workdir):
 @pytest.mark.parametrize("args, message", [
     (["check", "x", "--llm", "gpt4"], "bad LLM spec"),
     (["check", "x", "--llm", "scripted:missing.json"], "no script file"),
-    (["check", "x", "--format", "pdf"], "--format must be"),
+    (["check", "x", "--format", "pdf"], "'pdf' is not one of 'md', 'html', 'json'"),
     (["check"], "give either a CLAIM"),
 ])
 def test_bad_usage_is_explained(workdir, args, message):

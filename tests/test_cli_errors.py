@@ -108,13 +108,14 @@ def test_a_missing_params_file(workdir):
 @pytest.mark.parametrize("args, needle", [
     (["search", "x", "-n", "0"], "-n 0: "),
     (["search", "x", "-n", "0", "--params", "other.yaml"], "-n 0: "),
-    (["search", "x", "--mode", "fuzzy"], "--mode fuzzy: "),
+    # a value not among an option's choices: Click's usage error, as one line (exit 2)
+    (["search", "x", "--mode", "fuzzy"], ("'--mode'", "'fuzzy' is not one of 'boolean', 'bm25'")),
     (["check", "x", "--llm", "scripted:s.json", "--max-searches", "-1"], "--max-searches -1: "),
-    (["search", "x", "--backend", "nope", "--params", "other.yaml"], "--backend nope: "),
+    (["search", "x", "--backend", "nope", "--params", "other.yaml"], ("'--backend'", "'nope' is not one of")),
 ])
 def test_an_error_caused_by_an_option_names_the_option(workdir, args, needle):
     shutil.copy(workdir / "params.yaml", workdir / "other.yaml")
-    line = one_error_line(runner.invoke(app, args), needle)
+    line = one_error_line(runner.invoke(app, args), *([needle] if isinstance(needle, str) else needle))
     assert "params.yaml" not in line and "other.yaml" not in line
 
 
@@ -128,3 +129,19 @@ def test_an_error_in_a_params_file_names_that_file(workdir, edit, args, needle):
     write_params(workdir / "mine.yaml", edit)
     line = one_error_line(runner.invoke(app, [*args, "--params", "mine.yaml"]), "mine.yaml", needle)
     assert "params.yaml" not in line
+
+
+@pytest.mark.parametrize("args, needle, command", [
+    (["train", "--nosuch"], "No such option: --nosuch", "biocheck train"),
+    (["nosuch"], "No such command 'nosuch'", "biocheck"),
+    (["data", "frob"], "No such command 'frob'", "biocheck data"),
+    (["profile", "use"], "Missing argument 'NAME'", "biocheck profile use"),
+    (["check", "x", "--format", "pdf"], "'pdf' is not one of 'md', 'html', 'json'", "biocheck check"),
+])
+def test_a_usage_error_is_one_line_that_points_to_the_commands_help(args, needle, command):
+    """Unknown options and commands, a missing argument and a value not among an option's choices: one line,
+    exit 2, instead of Click's usage block."""
+    r = runner.invoke(app, args, prog_name="biocheck")
+    assert r.exit_code == 2
+    line = one_error_line(r, needle, f"(see `{command} --help`)")
+    assert "Usage:" not in r.output and "Try '" not in line

@@ -9,8 +9,8 @@ import csv
 import json
 import math
 import random
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 
 import mlflow
 import numpy as np

@@ -223,3 +223,29 @@ def test_mlflow_processes_find_the_artifact_scheme_through_the_packages_entry_po
     cls = importlib.metadata.EntryPoint(tracking.ARTIFACT_SCHEME, value, "mlflow.artifact_repository").load()
     repo = cls(f"{tracking.ARTIFACT_SCHEME}:/mlartifacts/x/1", tracking_uri="sqlite:////srv/project/mlflow.db")
     assert repo.artifact_dir == "/srv/project/mlartifacts/x/1"
+
+
+QUICKSTART_DB = os.environ.get("BIOCHECK_MLFLOW_DB")  # e.g. the mlflow.db a `make quickstart` left (docs/mlflow.md)
+
+
+@pytest.mark.skipif(not QUICKSTART_DB, reason="set BIOCHECK_MLFLOW_DB to the mlflow.db of a quickstart run")
+def test_the_champion_of_a_quickstart_run_loads_through_mlflow(tmp_path, monkeypatch):
+    """After `make quickstart` (BIOCHECK_MLFLOW_DB=<its mlflow.db>): the registry's champion loads through MLflow
+    from that project's own artifacts, and is the model the pipeline selected (same fingerprint)."""
+    db = Path(QUICKSTART_DB).resolve()
+    assert db.is_file(), f"BIOCHECK_MLFLOW_DB={QUICKSTART_DB}: no such file"
+    for name in (tracking.PIPELINE_ENV, "DVC_STAGE", "DVC_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    monkeypatch.setenv("BIOCHECK_MODEL_CACHE", str(tmp_path / "model-cache"))
+    mlflow.set_tracking_uri(tracking.tracking_uri())
+    tracking.use_project_artifacts()
+    version = mlflow.MlflowClient().get_model_version_by_alias(NAME, "champion")
+    assert version.source.startswith("models:/m-")
+    pipe = mlflow.transformers.load_model(f"models:/{NAME}@champion")
+    assert type(pipe).__name__ == "TextGenerationPipeline"
+    folder = resolve_model(f"models:/{NAME}@champion")
+    assert model_fingerprint(folder) == version.tags["model_fingerprint"]
+    selected = db.parent / "models" / "selected"
+    if selected.is_dir():  # the workspace still holds that selection
+        assert model_fingerprint(selected) == version.tags["model_fingerprint"]

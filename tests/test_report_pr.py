@@ -339,7 +339,7 @@ def test_the_choices_are_checked(repo, option, value):
 def test_a_base_from_before_the_metrics_moved_still_compares(repo, tmp_path):
     """The full metrics moved from metrics/eval.json to reports/ (issue 31): the first pull request after the move
     compares against the base's metrics/eval.json."""
-    assert EVAL_JSON != pr_comment.OLD_METRICS_PATH.as_posix()
+    assert pr_comment.OLD_METRICS_PATH.as_posix() != EVAL_JSON
     git(repo, "checkout", "-q", "-f", "-b", "old-base", "HEAD~1")
     old = repo / pr_comment.OLD_METRICS_PATH
     old.parent.mkdir(parents=True, exist_ok=True)

@@ -180,8 +180,8 @@ def test_cli_single_query(workdir):
     assert r.exit_code == 0 and json.loads(r.stdout)["results"][0]["pmid"] == "102"
     r = runner.invoke(app, ["search", "statin AND (memory"])
     assert r.exit_code == 1 and "parenthes" in r.stdout.lower()
-    r = runner.invoke(app, ["search", "x", "--backend", "bing"])
-    assert r.exit_code == 1 and "search.backend" in r.output
+    r = runner.invoke(app, ["search", "x", "--backend", "bing"])  # not among the choices: a usage error
+    assert r.exit_code == 2 and "'bing' is not one of 'local', 'entrez', 'replay'" in r.output
     assert runner.invoke(app, ["search"]).exit_code == 2
 
 

@@ -7,13 +7,14 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console, ConsoleRenderable, RenderHook
 from rich.logging import RichHandler
 from rich.markup import escape
 from rich.text import Text
+from typer._click.exceptions import UsageError as ClickUsageError  # typer vendors Click: its usage errors
 
 from biocheck import __version__
 from biocheck.orchestration.pr_comment import Outcome, Remote
@@ -80,8 +81,8 @@ ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one 
 
 # Options with a fixed set of values show them in --help instead of `<str>`. The values are those of the
 # modules named (not imported here: `biocheck --help` stays fast); tests/test_cli_help.py checks that they agree.
-# The values are checked where they are used (the params' config or below), whose one-line error names the
-# option: a Click Choice would answer with its own multi-line usage error instead.
+# They are Literal types (Click choices): a value not among them is a one-line usage error (_UsageError)
+# before any work.
 VARIANTS = ("eg_grpo", "outcome_only")  # biocheck.rewards.components.Variant
 BACKENDS = ("local", "entrez", "replay")  # biocheck.pubmed.search.BACKENDS
 SEARCH_MODES = ("boolean", "bm25")  # biocheck.pubmed.local: LocalIndex.search(mode=...)
@@ -89,12 +90,8 @@ FORMATS = ("md", "html", "json")  # _render
 GOLD_LABELS = ("SUPPORTED", "REFUTED", "NEI")  # biocheck.labels.Label's names
 
 
-def _choices(values: tuple[str, ...]) -> str:
-    return "|".join(values)
-
-
-VariantOpt = Annotated[str | None, typer.Option(
-    "--variant", metavar=_choices(VARIANTS), help="Reward variant: eg_grpo or outcome_only [default: reward.variant]. A variant other than "
+VariantOpt = Annotated[Literal[VARIANTS] | None, typer.Option(
+    "--variant", help="Reward variant: eg_grpo or outcome_only [default: reward.variant]. A variant other than "
                       "reward.variant (the outcome-only comparison) uses paths with a _<variant> suffix.")]
 
 
@@ -322,12 +319,12 @@ def search(
         help="PubMed query, e.g. '(aspirin OR ibuprofen) AND \"heart attack\"[tiab]'.")] = None,
     batch: Annotated[Path | None, typer.Option(
         "--batch", help="Read one query per line from this file ('-' for stdin); one result per line out.")] = None,
-    backend: Annotated[str | None, typer.Option(
-        metavar=_choices(BACKENDS), help="local (the built index), entrez (live PubMed), replay (recorded answers only) [default: "
+    backend: Annotated[Literal[BACKENDS] | None, typer.Option(
+        help="local (the built index), entrez (live PubMed), replay (recorded answers only) [default: "
              "search.backend].")] = None,
     n: Annotated[int | None, typer.Option("-n", help="Papers per query, 1-10000 [default: search.max_results].")] = None,
-    mode: Annotated[str | None, typer.Option(
-        metavar=_choices(SEARCH_MODES), help="boolean (PubMed syntax) or bm25 (free text, no Boolean filter) [default: search.mode].")] = None,
+    mode: Annotated[Literal[SEARCH_MODES] | None, typer.Option(
+        help="boolean (PubMed syntax) or bm25 (free text, no Boolean filter) [default: search.mode].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output: one object per query, one per line.")] = False,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
@@ -441,10 +438,10 @@ def check(
         help="Model spec: transformers:<id|path>, openai:<model>, vllm:<model>, scripted:<file> [default: the "
              "selected checkpoint (select.out_dir) when there is one and agent.llm is the base model, else "
              "agent.llm].")] = None,
-    search_backend: Annotated[str | None, typer.Option(
-        "--search", metavar=_choices(BACKENDS), help="Search backend (see `biocheck search --help`) [default: search.backend].")] = None,
+    search_backend: Annotated[Literal[BACKENDS] | None, typer.Option(
+        "--search", help="Search backend (see `biocheck search --help`) [default: search.backend].")] = None,
     max_searches: Annotated[int | None, typer.Option(help="Search budget [default: agent.max_searches].")] = None,
-    fmt: Annotated[str, typer.Option("--format", metavar=_choices(FORMATS), help="Report format.")] = "md",
+    fmt: Annotated[Literal[FORMATS], typer.Option("--format", help="Report format.")] = "md",
     trace: Annotated[Path | None, typer.Option(help="Write the whole episode (trace) as JSON here.")] = None,
     claims: Annotated[Path | None, typer.Option(
         help="Batch: a JSONL file of claims (prepared records or {\"claim\": ...} per line).")] = None,
@@ -493,8 +490,6 @@ def check(
         _fail(f"the claim {text_problem(claim)}; give it as UTF-8 text.", code=2)
     if claims is not None and out is None:
         _fail("--claims needs --out DIR for the traces.", code=2)
-    if fmt not in FORMATS:
-        _fail(f"--format must be md, html or json, not {fmt!r}.", code=2)
     # Refuse unusable outputs and inputs before the model loads and any episode runs.
     if out is not None and out.exists() and not out.is_dir():
         _fail(f"--out {out}: is a file; give a folder for the traces (it is created when missing).", code=2)
@@ -621,8 +616,8 @@ def score(
     traces: Annotated[Path | None, typer.Option(help="Score every trace in this folder and aggregate.")] = None,
     judge: Annotated[str | None, typer.Option(
         help="Judge model spec (transformers:<path>, openai:<model>, none) [default: reward.judge].")] = None,
-    gold: Annotated[str | None, typer.Option(metavar=_choices(GOLD_LABELS), help="Gold label [default: the trace's].")] = None,
-    variant: Annotated[str | None, typer.Option(metavar=_choices(VARIANTS), help="Reward variant [default: reward.variant].")] = None,
+    gold: Annotated[Literal[GOLD_LABELS] | None, typer.Option(help="Gold label [default: the trace's].")] = None,
+    variant: Annotated[Literal[VARIANTS] | None, typer.Option(help="Reward variant [default: reward.variant].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     out: Annotated[Path | None, typer.Option(help="With --traces: also write the aggregate JSON here.")] = None,
     params: ParamsOpt = Path("params.yaml"),
@@ -993,14 +988,49 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 
+class _UsageError(ClickUsageError):
+    """A usage error (unknown option, a value not among an option's choices, a missing argument) as the project's
+    one line on stderr, instead of Click's usage block; exit 2 as Click's."""
+
+    def show(self, file: Any = None) -> None:
+        where = f" (see `{self.ctx.command_path} --help`)" if self.ctx else ""
+        typer.echo(f"error: {redact(self.format_message())}{where}", file=file, err=file is None)
+
+
+def _one_line(e: ClickUsageError) -> _UsageError:
+    return e if isinstance(e, _UsageError) else _UsageError(e.format_message(), e.ctx)
+
+
 class _Command(typer.core.TyperCommand):
     """Typer writes a required argument as `{NAME}` in the usage line, which reads as a template left unfilled:
-    write it as NAME, as Click does."""
+    write it as NAME, as Click does. Usage errors are one line (_UsageError)."""
 
     def collect_usage_pieces(self, ctx) -> list[str]:
         import re
 
         return [re.sub(r"\{([\w.-]+)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except ClickUsageError as e:
+            raise _one_line(e) from None
+
+
+class _Group(typer.core.TyperGroup):
+    """A command group whose usage errors (an unknown command or option) are one line, as its commands'."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except ClickUsageError as e:
+            raise _one_line(e) from None
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except ClickUsageError as e:
+            raise _one_line(e) from None
 
 
 def _epilog(key: str) -> str | None:
@@ -1016,10 +1046,12 @@ def _with_examples(typer_app: typer.Typer, prefix: str = "") -> None:
         if info.cls in (None, typer.core.TyperCommand):  # a command's own class is kept
             info.cls = _Command
     for group in typer_app.registered_groups:
+        group.typer_instance.info.cls = _Group
         _with_examples(group.typer_instance, f"{prefix}{group.name} ")
 
 
 app.info.epilog = _epilog("")
+app.info.cls = _Group
 _with_examples(app)
 
 
