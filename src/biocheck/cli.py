@@ -1001,30 +1001,28 @@ def _one_line(e: ClickUsageError) -> _UsageError:
     return e if isinstance(e, _UsageError) else _UsageError(e.format_message(), e.ctx)
 
 
-class _Command(typer.core.TyperCommand):
+class _OneLineUsage:
+    """Usage errors found while parsing (options, arguments, choices) are one line (_UsageError)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)  # type: ignore[misc]
+        except ClickUsageError as e:
+            raise _one_line(e) from None
+
+
+class _Command(_OneLineUsage, typer.core.TyperCommand):
     """Typer writes a required argument as `{NAME}` in the usage line, which reads as a template left unfilled:
-    write it as NAME, as Click does. Usage errors are one line (_UsageError)."""
+    write it as NAME, as Click does."""
 
     def collect_usage_pieces(self, ctx) -> list[str]:
         import re
 
         return [re.sub(r"\{([\w.-]+)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
 
-    def make_context(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().make_context(*args, **kwargs)
-        except ClickUsageError as e:
-            raise _one_line(e) from None
 
-
-class _Group(typer.core.TyperGroup):
-    """A command group whose usage errors (an unknown command or option) are one line, as its commands'."""
-
-    def make_context(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().make_context(*args, **kwargs)
-        except ClickUsageError as e:
-            raise _one_line(e) from None
+class _Group(_OneLineUsage, typer.core.TyperGroup):
+    """A command group: an unknown command is one line too."""
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         try:

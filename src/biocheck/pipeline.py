@@ -419,13 +419,14 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
 
 def _model_alias(model: str, registered: str) -> str:
     """The alias a --model value names: an alias itself, or `models:/<registered>@<alias>`; else "none"."""
+    from biocheck.llm.resolve import REGISTERED
+    from biocheck.llm.spec import split_spec
+
     if model in MODEL_ALIASES:
         return model
-    name, sep, alias = model.removeprefix("transformers:").removeprefix("models:/").partition("@")
-    if model.removeprefix("transformers:").startswith("models:/") and sep and name == registered \
-            and alias in MODEL_ALIASES:
-        return alias
-    return "none"
+    kind, ref = split_spec(model)
+    m = REGISTERED.fullmatch(ref) if kind == "transformers" else None
+    return m["alias"] if m and m["name"] == registered and m["alias"] in MODEL_ALIASES else "none"
 
 
 def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,

@@ -651,9 +651,9 @@ def log_artifacts(path: Path | str, artifact_path: str | None = None) -> None:
         if path.is_dir():
             clean.mkdir()
             for f in sorted(p for p in path.rglob("*") if p.is_file()):
-                _copy_redacted(f, clean / f.relative_to(path))
+                copy_redacted(f, clean / f.relative_to(path))
             mlflow.log_artifacts(str(clean), artifact_path=artifact_path)
-        elif _copy_redacted(path, clean):
+        elif copy_redacted(path, clean):
             mlflow.log_artifact(str(clean), artifact_path=artifact_path)
 
 
@@ -680,11 +680,6 @@ def log_table(rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:
         mlflow.log_table(data=data, artifact_file=artifact_file)
 
 
-def copy_redacted(src: Path, dest: Path) -> bool:
-    """Copy `src` to `dest` with secrets blanked; False (nothing copied) for a binary file holding one."""
-    return _copy_redacted(src, dest)
-
-
 _TEXT_MAX = 64 << 20  # a larger file is scanned in chunks and never rewritten (weights, not text)
 _CHUNK = 16 << 20
 
@@ -701,7 +696,7 @@ def _binary_holds_secret(src: Path) -> bool:
     return False
 
 
-def _copy_redacted(src: Path, dest: Path) -> bool:
+def copy_redacted(src: Path, dest: Path) -> bool:
     """Copy `src` to `dest` with secrets blanked; False (nothing copied) for a binary file holding one."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if not secret_values() or (src.stat().st_size > _TEXT_MAX and not _binary_holds_secret(src)):
