@@ -205,7 +205,7 @@ def test_a_changed_reward_starts_afresh_and_an_unchanged_one_resumes(tmp_path):
 def test_run_key_ignores_the_agent_settings_training_never_reads():
     base = _key(_params())
     for name, value in (("workers", 7), ("temperature", 0.9), ("top_p", 0.5), ("seed", 99),
-                        ("max_new_tokens", 17), ("llm", "openai:gpt-x")):
+                        ("llm", "openai:gpt-x")):
         params = _params()
         assert params["agent"][name] != value
         params["agent"][name] = value
@@ -304,6 +304,11 @@ def test_grpo_config_carries_every_field_and_the_fixed_settings(tmp_path):
     # a field left unset (None) keeps TRL's own default
     from trl import GRPOConfig
 
+    # a model turn is cut at the agent's per-turn limit, never past the completion's; none given: TRL's own
+    assert args.generation_kwargs is None
+    assert cfg.grpo_config(tmp_path / "t", 1, [], turn_tokens=64).generation_kwargs == {"max_new_tokens": 64}
+    capped = cfg.grpo_config(tmp_path / "c", 1, [], turn_tokens=10**6).generation_kwargs
+    assert capped == {"max_new_tokens": cfg.max_completion_length}
     unset = TrainConfig(**{**GRPO_VALUES, "num_generations_eval": None}).grpo_config(tmp_path / "o", 1, [])
     default = GRPOConfig(output_dir=str(tmp_path / "d"), use_cpu=True, bf16=False).num_generations_eval
     assert unset.num_generations_eval == default and unset.num_generations == 2
@@ -640,12 +645,12 @@ class _Wiring:
         return [{"role": "assistant", "content": f"demo of {record.id}"}]
 
     def _make_trainer(self, model, tokenizer, cfg, train_ds, eval_ds, env_factory, bank, max_tool_iters, report_to,
-                      callbacks=None, progress=True):
+                      callbacks=None, progress=True, turn_tokens=None):
         trainer = _Trainer(self.history, self.steps)
         self.trainers.append({"model": model, "tokenizer": tokenizer, "cfg": cfg, "train_ds": train_ds,
                               "eval_ds": eval_ds, "env_factory": env_factory, "bank": bank,
                               "max_tool_iters": max_tool_iters, "report_to": report_to, "callbacks": callbacks,
-                              "progress": progress,
+                              "progress": progress, "turn_tokens": turn_tokens,
                               "trainer": trainer})
         return trainer
 
@@ -713,6 +718,8 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     assert isinstance(t["bank"], RewardBank) and t["bank"].cfg == c.reward and t["bank"].judge is wiring.judge
     assert wiring.judges == [("openai:judge-x", 8, wiring.tmp / "judge.sqlite")]
     assert t["max_tool_iters"] == 2 + 1  # the search budget plus the refusals after it
+    # a rollout's model turn has the evaluated agent's limit (agent.max_new_tokens), not the whole completion's
+    assert t["turn_tokens"] == yaml.safe_load((REPO / "params.yaml").read_text())["agent"]["max_new_tokens"]
     assert t["report_to"] == ["mlflow"] and t["progress"] is True
     [cb] = t["callbacks"]
     assert isinstance(cb, SampleEpisodes) and cb.bank is t["bank"] and (cb.n, cb.every) == (3, 2 * 5)
@@ -948,6 +955,37 @@ def test_a_kl_term_loads_a_reference_model_and_logs_the_kl(project):
     kl = [row["kl"] for row in state["log_history"] if "kl" in row]
     assert len(kl) == 2 and all(math.isfinite(v) and v >= 0 for v in kl), state["log_history"]
     assert kl[0] == pytest.approx(0.0, abs=1e-6)  # first step: the policy is still the reference
+
+
+@pytest.mark.slow
+def test_one_episode_per_backward_pass_without_checkpointing_is_the_same_step(project):
+    """Issue 32's memory setting (the smol profile): the loss's forward/backward one episode at a time
+    (per_device_train_batch_size 1 x gradient_accumulation_steps = the group) and no activation checkpointing.
+    The same seed generates the same episodes (one generation batch either way), so every reward is identical,
+    and the update is the same one: the same gradient norm and loss up to float rounding."""
+    from biocheck.pipeline import train_stage
+
+    def run(name: str, **train) -> dict:
+        params = yaml.safe_load((project / "params.yaml").read_text())
+        params["train"].update(out_dir=str(project / name), max_steps=1, save_steps=1, eval_steps=1,
+                               eval_on_start=False, sft={"enabled": False}, **train)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("BIOCHECK_TRACKING", "off")
+            mp.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+            train_stage(params, progress=False)
+        state = json.loads((project / name / "checkpoint-1" / "trainer_state.json").read_text())
+        return next(row for row in state["log_history"] if "loss" in row)
+
+    batched = run("batched", per_device_train_batch_size=2, gradient_accumulation_steps=1,
+                  gradient_checkpointing=True)
+    single = run("single", per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                 gradient_checkpointing=False)
+    rewards = sorted(k for k in batched if k.startswith("rewards/") or k in ("reward", "reward_std"))
+    assert "reward" in rewards and any(k.startswith("rewards/") for k in rewards), batched
+    assert {k: single[k] for k in rewards} == {k: batched[k] for k in rewards}
+    assert single["completions/mean_length"] == batched["completions/mean_length"]
+    assert single["grad_norm"] == pytest.approx(batched["grad_norm"], rel=1e-3, abs=1e-6)
+    assert single["loss"] == pytest.approx(batched["loss"], rel=1e-3, abs=1e-6)
 
 
 def test_sft_refuses_a_wrong_out_dir_before_training(wiring):

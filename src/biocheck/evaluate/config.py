@@ -25,6 +25,9 @@ class EvaluateConfig:
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
     datasets: list[str] = field(default_factory=lambda: ["scifact", "healthfc"])
     workers: Count = 1  # claims in flight per system
+    # a transformers: model generates the greedy turns of the claims in flight as one batch (up to `workers`); on a
+    # CPU ~2-5x the tokens per second (docs/benchmarks.md); false: one turn at a time
+    batch_turns: bool = True
     bootstrap: Count = 1000  # resamples for the 95% intervals and the paired bootstrap
     seed: int = 0
     limit: Count | None = None  # first N claims per dataset (ad-hoc runs; null = all)

@@ -33,7 +33,8 @@ def make_llm(spec: str, gen: GenerationConfig | None = None) -> ChatLLM:
         return VLLMChat(ref, gen)
     from biocheck.llm.transformers_backend import TransformersChat
 
-    return TransformersChat(ref, gen)
+    return TransformersChat(ref, gen, batch=gen.batch if gen is not None else 1,
+                            dtype=gen.dtype if gen is not None else None)
 
 
 __all__ = ["AssistantTurn", "ChatLLM", "GenerationConfig", "LLMError", "ToolCall", "make_llm", "KINDS"]

@@ -54,6 +54,8 @@ class GenerationConfig:
     top_p: float = 1.0
     seed: int | None = None
     request_timeout_s: float = REQUEST_TIMEOUT_S  # server backends (openai): seconds to wait for one answer
+    batch: Count = 1  # transformers: the most concurrent greedy turns generated together (1: one at a time)
+    dtype: str | None = None  # transformers: the weights' dtype (None: float32 on a CPU, bfloat16 on CUDA)
 
 
 @runtime_checkable

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,11 +108,69 @@ def parse_completion(tokenizer: Any, completion_ids: list[int], prompt_ids: list
     return AssistantTurn(content=content.strip(), tool_calls=calls, raw=raw, usage=usage)
 
 
+@dataclass
+class _Turn:
+    """One chat() call waiting for its tokens (`_Batcher`)."""
+
+    prompt: list[int]
+    max_new: int
+    tokens: list[int] | None = None
+    error: BaseException | None = None
+
+
+class _Batcher:
+    """Concurrent greedy turns generated as one left-padded batch.
+
+    Threads running episodes (evaluation's `workers`) call `run`; the first to find the model idle collects
+    what is waiting (up to `size`, after `gather_s` for turns just being rendered) and generates them
+    together, the others wait for their tokens. On a CPU a batch of 8 decodes ~5x the tokens per second of one
+    sequence (docs/benchmarks.md). Only greedy turns are batched: a sampled turn's seed must give its own
+    tokens whatever else runs, so it is generated alone."""
+
+    def __init__(self, generate_many, size: int, gather_s: float = 0.02) -> None:
+        self._generate_many, self.size, self.gather_s = generate_many, size, gather_s
+        self._waiting: list[_Turn] = []
+        self._busy = False
+        self._cv = threading.Condition()
+
+    def run(self, prompt: list[int], max_new: int) -> list[int]:
+        turn = _Turn(prompt, max_new)
+        with self._cv:
+            self._waiting.append(turn)
+            self._cv.notify_all()
+        while True:
+            with self._cv:
+                while self._busy and turn.tokens is None and turn.error is None:
+                    self._cv.wait()
+                if turn.error is not None:
+                    raise turn.error
+                if turn.tokens is not None:
+                    return turn.tokens
+                self._busy = True  # this thread generates the next batch
+                deadline = time.monotonic() + self.gather_s
+                while len(self._waiting) < self.size and (left := deadline - time.monotonic()) > 0:
+                    self._cv.wait(left)
+                batch, self._waiting = self._waiting[:self.size], self._waiting[self.size:]
+            try:
+                outs = self._generate_many([t.prompt for t in batch], [t.max_new for t in batch])
+                for t, out in zip(batch, outs, strict=True):
+                    t.tokens = out
+            except BaseException as e:  # every turn of the batch gets the error, none waits forever
+                for t in batch:
+                    t.error = e
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+
 class TransformersChat:
-    """A local causal LM (path or hub id) behind the `ChatLLM` interface; thread-safe."""
+    """A local causal LM (path or hub id) behind the `ChatLLM` interface; thread-safe.
+
+    `batch`: the most concurrent greedy turns generated together (`_Batcher`); 1: one generate at a time."""
 
     def __init__(self, model: str | Path, generation: GenerationConfig | None = None, *, device: str = "auto",
-                 dtype: str | None = None, cache_dir: str | Path | None = None) -> None:
+                 dtype: str | None = None, cache_dir: str | Path | None = None, batch: int = 1) -> None:
         self.generation = generation or GenerationConfig()
         try:
             loaded = load_model(model, device, dtype, cache_dir=cache_dir)
@@ -140,7 +200,10 @@ class TransformersChat:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.stop_ids[0]
         self.max_positions = context_length(self.model.config)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one generate at a time
+        self._render_lock = threading.Lock()  # the fast tokenizer is not re-entrant
+        self._batcher = _Batcher(self._generate_many, batch) if batch > 1 else None
+        self._dtype = None if dtype in (None, "float32") or self.device.type == "cuda" else str(dtype)
         self._fingerprint: str | None = None
 
     # ------------------------------------------------------------------------------------------ ChatLLM
@@ -148,6 +211,10 @@ class TransformersChat:
     def fingerprint(self) -> str:
         if self._fingerprint is None:
             self._fingerprint = model_fingerprint(self.path)
+            if self._dtype is not None:  # the same weights in another precision answer differently: not the same model
+                import hashlib
+
+                self._fingerprint = hashlib.sha256(f"{self._fingerprint}\0{self._dtype}".encode()).hexdigest()[:12]
         return self._fingerprint
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
@@ -166,18 +233,23 @@ class TransformersChat:
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
              generation: GenerationConfig | None = None) -> AssistantTurn:
         g = generation or self.generation
-        with self._lock:  # one generate at a time; the fast tokenizer is not re-entrant either
+        with self._render_lock:
             prompt_ids = self.render(messages, tools)
-            n = len(prompt_ids)
-            max_new = g.max_new_tokens
-            if self.max_positions is not None:
-                if n >= self.max_positions:
-                    raise LLMError(
-                        f"{self.spec}: the prompt is {n} tokens but the model handles at most {self.max_positions} "
-                        "positions (max_position_embeddings). Shorten the conversation (fewer searches or papers "
-                        "per search, truncated abstracts) or use a model with a longer context.")
-                max_new = min(max_new, self.max_positions - n)
-            completion = self._generate(prompt_ids, max_new, g)
+        n = len(prompt_ids)
+        max_new = g.max_new_tokens
+        if self.max_positions is not None:
+            if n >= self.max_positions:
+                raise LLMError(
+                    f"{self.spec}: the prompt is {n} tokens but the model handles at most {self.max_positions} "
+                    "positions (max_position_embeddings). Shorten the conversation (fewer searches or papers "
+                    "per search, truncated abstracts) or use a model with a longer context.")
+            max_new = min(max_new, self.max_positions - n)
+        if self._batcher is not None and g.temperature <= 0:
+            completion = self._batcher.run(prompt_ids, max(1, int(max_new)))
+        else:
+            with self._lock:
+                completion = self._generate(prompt_ids, max_new, g)
+        with self._render_lock:
             return parse_completion(self.tokenizer, completion, prompt_ids, tools, structured=self.structured,
                                     first_call_index=_count_tool_calls(messages))
 
@@ -206,3 +278,31 @@ class TransformersChat:
             except RuntimeError as e:  # e.g. CUDA out of memory
                 raise LLMError(f"{self.spec}: generation failed: {e}") from None
         return out[0, len(prompt_ids):].tolist()
+
+    def _generate_many(self, prompts: list[list[int]], max_new: list[int]) -> list[list[int]]:
+        """Greedy turns for several prompts in one left-padded generate; each row's tokens as `_generate` gives
+        them alone: up to and including its first stop token, at most its own `max_new`."""
+        import torch
+        from transformers import GenerationConfig as HFGenerationConfig
+
+        if len(prompts) == 1:
+            with self._lock:
+                return [self._generate(prompts[0], max_new[0], GenerationConfig(temperature=0.0))]
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], dtype=torch.long,
+                                 device=self.device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long,
+                                      device=self.device)
+        cfg = HFGenerationConfig(max_new_tokens=max(max_new), do_sample=False, eos_token_id=self.stop_ids,
+                                 pad_token_id=self.pad_id)
+        with self._lock, torch.inference_mode():
+            try:
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=cfg)
+            except RuntimeError as e:
+                raise LLMError(f"{self.spec}: generation failed: {e}") from None
+        rows = []
+        for row, limit in zip(out[:, width:].tolist(), max_new, strict=True):
+            row = row[:limit]
+            stop = next((i for i, t in enumerate(row) if t in self.stop_ids), None)
+            rows.append(row if stop is None else row[:stop + 1])
+        return rows

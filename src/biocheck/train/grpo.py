@@ -82,11 +82,16 @@ class TrainConfig:
                    "max_completion_length", "temperature", "seed", "gradient_checkpointing", "bf16", "use_vllm",
                    "vllm_mode", "vllm_server_base_url", "num_generations_eval", "eval_on_start")
 
-    def grpo_config(self, output_dir: Path, max_tool_calling_iterations: int, report_to: list[str]):
+    def grpo_config(self, output_dir: Path, max_tool_calling_iterations: int, report_to: list[str],
+                    turn_tokens: int | None = None):
+        """`turn_tokens`: the most tokens one model turn may generate (the agent's `max_new_tokens`, the limit
+        the evaluated agent has); None: TRL's own, the whole `max_completion_length` in one turn."""
         import torch
         from trl import GRPOConfig
 
         kwargs = {k: getattr(self, k) for k in self.GRPO_FIELDS if getattr(self, k) is not None}
+        if turn_tokens is not None:  # the episode's total stays capped by max_completion_length (TRL truncates)
+            kwargs["generation_kwargs"] = {"max_new_tokens": min(turn_tokens, self.max_completion_length)}
         # transformers renamed it; the new name avoids a FutureWarning on every run (params keep TRL's old name)
         kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
         return GRPOConfig(
@@ -218,8 +223,10 @@ def prepare_out_dir(out_dir: Path, run_key: str) -> Path | None:
 
 
 def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_factory, bank, max_tool_iters: int,
-                 report_to: list[str], callbacks: list | None = None, progress: bool = True):
-    """`progress`: a bar (a terminal) or a short line every `progress_every` steps (logs, CI, --no-progress)."""
+                 report_to: list[str], callbacks: list | None = None, progress: bool = True,
+                 turn_tokens: int | None = None):
+    """`progress`: a bar (a terminal) or a short line every `progress_every` steps (logs, CI, --no-progress).
+    `turn_tokens`: the agent's per-turn limit (`TrainConfig.grpo_config`)."""
     import os as _os
 
     _os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -242,7 +249,7 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
         rc = bank.cfg
         callbacks.append(train_log({"outcome": 1.0, "search": rc.beta1, "evidence": rc.beta2,
                                     "hallucination": -rc.beta3}))
-    args = cfg.grpo_config(cfg.out_dir, max_tool_iters, report_to)
+    args = cfg.grpo_config(cfg.out_dir, max_tool_iters, report_to, turn_tokens=turn_tokens)
     args.reward_weights = bank.weights()
     peft_config = None
     if cfg.lora:

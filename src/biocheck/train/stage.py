@@ -38,10 +38,11 @@ SFT_OUTPUT = ("biocheck sft", "train.sft.out_dir", (SFT_STATS,))
 
 
 # The `agent:` settings training reads: the budget in the prompts and the environment, the refusal rounds
-# (tool iterations per episode), the excerpt length. The rest of `agent:` (its model, decoding, seed,
+# (tool iterations per episode), the excerpt length, the tokens one model turn may generate (a rollout's turn has
+# the evaluated agent's limit: without it a looping first turn ran to max_completion_length). The rest of `agent:` (its model, decoding, seed,
 # workers) drives `biocheck check` and evaluation only, so it is neither in the run key nor in dvc.yaml's
 # `train` params: changing it never reruns, nor replaces, a training run.
-TRAINING_AGENT_FIELDS = ("max_searches", "max_refusals", "abstract_chars")
+TRAINING_AGENT_FIELDS = ("max_searches", "max_refusals", "abstract_chars", "max_new_tokens")
 
 
 def run_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: list[str], val_ids: list[str]) -> str:
@@ -263,7 +264,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
                                env_factory(tool, prompts, agent_cfg.max_searches, agent_cfg.abstract_chars), bank,
                                agent_cfg.max_searches + agent_cfg.max_refusals, report_to,
                                callbacks=[SampleEpisodes(bank, n=cfg.sample_episodes, every=cfg.logging_steps * 5)],
-                               progress=progress)
+                               progress=progress, turn_tokens=agent_cfg.max_new_tokens)
         if resume:
             log.info("resuming from %s", resume)
         result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)

@@ -80,7 +80,9 @@ def make_system(name: str, *, llm: str, agent_cfg: Any, search_cfg: Any, eval_cf
     agent_cfg = dataclasses.replace(agent_cfg, llm=llm)  # the episode's config records the model it ran
     settings = _settings(name, agent_cfg, eval_cfg)  # a typo fails before any system runs, not an hour in
     evidence = None if name == "no_retrieval" else evidence_fingerprint(search_cfg)
-    return Lazy(name, WRITES_REPORT[name], lambda: _build(name, agent_cfg, search_cfg, settings), evidence)
+    # the claims in flight (evaluate.workers) share one model: their greedy turns are generated as one batch
+    batch = getattr(eval_cfg, "workers", 1) if getattr(eval_cfg, "batch_turns", False) else 1
+    return Lazy(name, WRITES_REPORT[name], lambda: _build(name, agent_cfg, search_cfg, settings, batch), evidence)
 
 
 def _settings(name: str, agent_cfg: Any, eval_cfg: Any) -> Any:
@@ -103,13 +105,13 @@ def _settings(name: str, agent_cfg: Any, eval_cfg: Any) -> Any:
     return Config(**values)
 
 
-def _build(name: str, agent_cfg: Any, search_cfg: Any, settings: Any) -> Any:
+def _build(name: str, agent_cfg: Any, search_cfg: Any, settings: Any, batch: int = 1) -> Any:
     from biocheck.llm import GenerationConfig, make_llm
     from biocheck.wiring import make_prompts, make_search_tool
 
     gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
                            top_p=agent_cfg.top_p, seed=agent_cfg.seed,
-                           request_timeout_s=agent_cfg.request_timeout_s)
+                           request_timeout_s=agent_cfg.request_timeout_s, batch=batch, dtype=agent_cfg.dtype)
     llm = make_llm(agent_cfg.llm, gen)
     if name == "no_retrieval":
         from biocheck.evaluate.systems.no_retrieval import NoRetrieval

@@ -1,0 +1,130 @@
+"""Concurrent greedy turns generated as one batch (llm.transformers_backend._Batcher): the same tokens as one
+at a time, every caller gets its own, errors reach every caller, sampled turns are never batched."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from biocheck.llm.base import GenerationConfig
+from biocheck.llm.transformers_backend import TransformersChat, _Batcher
+
+CLAIMS = ["Aspirin lowers the risk of a first heart attack.", "Vitamin D prevents fractures in older adults.",
+          "Statins cause memory loss.", "Coffee raises blood pressure for hours.", "Zinc shortens colds.",
+          "Smoking causes lung cancer in most smokers."]
+
+
+def _messages(claim: str) -> list[dict]:
+    return [{"role": "system", "content": "You check biomedical claims."}, {"role": "user", "content": claim}]
+
+
+def test_batched_greedy_turns_are_the_tokens_of_one_turn_at_a_time(tiny_model):
+    gen = GenerationConfig(max_new_tokens=24, temperature=0.0)
+    alone = TransformersChat(tiny_model, gen)
+    batched = TransformersChat(tiny_model, gen, batch=len(CLAIMS))
+    expected = [alone.chat(_messages(c), []) for c in CLAIMS]
+    calls: list[int] = []
+    many = batched._generate_many
+
+    def counted(prompts, max_new):
+        calls.append(len(prompts))
+        return many(prompts, max_new)
+
+    batched._batcher._generate_many = counted
+    barrier = threading.Barrier(len(CLAIMS))
+
+    def one(claim: str):
+        barrier.wait()  # all turns arrive together: they must go out as one batch
+        return batched.chat(_messages(claim), [])
+
+    with ThreadPoolExecutor(len(CLAIMS)) as pool:
+        got = list(pool.map(one, CLAIMS))
+    assert max(calls) > 1, calls  # batched for real
+    assert sum(calls) == len(CLAIMS)
+    assert [t.raw for t in got] == [t.raw for t in expected]
+    assert [t.usage for t in got] == [t.usage for t in expected]  # each its own prompt and completion length
+
+
+def test_a_batch_gives_each_prompt_its_own_limit_and_stop(tiny_model):
+    chat = TransformersChat(tiny_model, GenerationConfig(temperature=0.0), batch=4)
+    prompts = [chat.render(_messages(c), []) for c in CLAIMS[:3]]
+    limits = [1, 7, 30]
+    rows = chat._generate_many(prompts, limits)
+    for prompt, limit, row in zip(prompts, limits, rows, strict=True):
+        assert row == chat._generate(prompt, limit, GenerationConfig(temperature=0.0))
+        assert len(row) <= limit
+        assert not any(t in chat.stop_ids for t in row[:-1])  # nothing past the first stop token
+
+
+def test_an_error_reaches_every_turn_of_the_batch_and_nobody_waits_forever():
+    def boom(prompts, max_new):
+        raise RuntimeError("out of memory")
+
+    b = _Batcher(boom, size=3, gather_s=0.2)
+    errors: list[str] = []
+
+    def one(i: int):
+        try:
+            b.run([i], 4)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == ["out of memory"] * 3
+
+
+def test_more_waiting_turns_than_the_batch_size_are_served_in_order():
+    seen: list[list[int]] = []
+
+    def echo(prompts, max_new):
+        seen.append([p[0] for p in prompts])
+        return [[p[0] * 10] for p in prompts]
+
+    b = _Batcher(echo, size=2, gather_s=0.2)
+    with ThreadPoolExecutor(5) as pool:
+        got = list(pool.map(lambda i: b.run([i], 1), range(5)))
+    assert got == [[i * 10] for i in range(5)]  # each caller its own answer
+    assert all(len(s) <= 2 for s in seen) and sorted(x for s in seen for x in s) == list(range(5))
+
+
+@pytest.mark.parametrize("temperature", [0.7])
+def test_sampled_turns_are_generated_alone(tiny_model, temperature):
+    chat = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=8, temperature=temperature, seed=3), batch=4)
+    chat._batcher._generate_many = lambda *a: pytest.fail("a sampled turn was batched")
+    one = chat.chat(_messages(CLAIMS[0]), [])
+    again = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=8, temperature=temperature, seed=3))
+    assert one.raw == again.chat(_messages(CLAIMS[0]), []).raw  # its seed gives its own tokens
+
+
+def test_bfloat16_weights_are_another_model_to_the_episode_cache(tiny_model):
+    from biocheck.llm import make_llm
+    from biocheck.llm.load import model_fingerprint
+
+    fp32 = make_llm(f"transformers:{tiny_model}", GenerationConfig(max_new_tokens=4))
+    bf16 = make_llm(f"transformers:{tiny_model}", GenerationConfig(max_new_tokens=4, dtype="bfloat16"))
+    assert fp32.fingerprint() == model_fingerprint(tiny_model)  # the default: the folder's own fingerprint
+    assert str(bf16.model.dtype) == "torch.bfloat16"
+    assert bf16.fingerprint() != fp32.fingerprint() and len(bf16.fingerprint()) == len(fp32.fingerprint())
+    assert bf16.chat(_messages(CLAIMS[0]), []).usage["completion_tokens"] >= 1
+
+
+def test_evaluation_batches_the_turns_of_its_claims_in_flight(monkeypatch):
+    import biocheck.evaluate.systems as systems
+    from biocheck.agent.episode import AgentConfig
+    from biocheck.evaluate.config import EvaluateConfig
+
+    built = []
+    monkeypatch.setattr(systems, "_build", lambda *a: built.append(a))
+    for batch_turns, expected in ((True, 6), (False, 1)):
+        cfg = EvaluateConfig(workers=6, batch_turns=batch_turns)
+        system = systems.make_system("no_retrieval", llm="transformers:x", agent_cfg=AgentConfig(), search_cfg=None,
+                                     eval_cfg=cfg)
+        system._build()
+        assert built[-1][-1] == expected  # the batch: the claims in flight, or one turn at a time
