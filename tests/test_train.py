@@ -962,8 +962,22 @@ def test_one_episode_per_backward_pass_without_checkpointing_is_the_same_step(pr
     """Issue 32's memory setting (the smol profile): the loss's forward/backward one episode at a time
     (per_device_train_batch_size 1 x gradient_accumulation_steps = the group) and no activation checkpointing.
     The same seed generates the same episodes (one generation batch either way), so every reward is identical,
-    and the update is the same one: the same gradient norm and loss up to float rounding."""
+    and the update is the same one: the same gradient norm and loss up to float rounding. (The tiny model earns
+    no reward, and equal rewards give no gradient: the outcome term here is the episode's length, mod 5.)"""
+    import biocheck.train.reward_funcs as rf
     from biocheck.pipeline import train_stage
+
+    real = rf.RewardBank._component
+
+    def component(self, name):
+        if name != "outcome":
+            return real(self, name)
+
+        def outcome(completions, **_):
+            return [len(str(c)) % 5 / 4 for c in completions]
+
+        outcome.__name__ = name
+        return outcome
 
     def run(name: str, **train) -> dict:
         params = yaml.safe_load((project / "params.yaml").read_text())
@@ -972,6 +986,7 @@ def test_one_episode_per_backward_pass_without_checkpointing_is_the_same_step(pr
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("BIOCHECK_TRACKING", "off")
             mp.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+            mp.setattr(rf.RewardBank, "_component", component)
             train_stage(params, progress=False)
         state = json.loads((project / name / "checkpoint-1" / "trainer_state.json").read_text())
         return next(row for row in state["log_history"] if "loss" in row)
@@ -982,6 +997,7 @@ def test_one_episode_per_backward_pass_without_checkpointing_is_the_same_step(pr
                  gradient_checkpointing=False)
     rewards = sorted(k for k in batched if k.startswith("rewards/") or k in ("reward", "reward_std"))
     assert "reward" in rewards and any(k.startswith("rewards/") for k in rewards), batched
+    assert batched["reward_std"] > 0 and batched["grad_norm"] > 0, batched  # a real update, not a zero one
     assert {k: single[k] for k in rewards} == {k: batched[k] for k in rewards}
     assert single["completions/mean_length"] == batched["completions/mean_length"]
     assert single["grad_norm"] == pytest.approx(batched["grad_norm"], rel=1e-3, abs=1e-6)
