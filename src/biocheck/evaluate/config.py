@@ -26,7 +26,7 @@ class EvaluateConfig:
     datasets: list[str] = field(default_factory=lambda: ["scifact", "healthfc"])
     workers: Count = 1  # claims in flight per system
     # a transformers: model generates the greedy turns of the claims in flight as one batch (up to `workers`); on a
-    # CPU ~2-5x the tokens per second (docs/benchmarks.md); false: one turn at a time
+    # CPU the same tokens, 1.14x a smol agent episode (prefill-bound; docs/benchmarks.md); false: one at a time
     batch_turns: bool = True
     bootstrap: Count = 1000  # resamples for the 95% intervals and the paired bootstrap
     seed: int = 0

@@ -33,8 +33,7 @@ def make_llm(spec: str, gen: GenerationConfig | None = None) -> ChatLLM:
         return VLLMChat(ref, gen)
     from biocheck.llm.transformers_backend import TransformersChat
 
-    return TransformersChat(ref, gen, batch=gen.batch if gen is not None else 1,
-                            dtype=gen.dtype if gen is not None else None)
+    return TransformersChat(ref, gen)
 
 
 __all__ = ["AssistantTurn", "ChatLLM", "GenerationConfig", "LLMError", "ToolCall", "make_llm", "KINDS"]

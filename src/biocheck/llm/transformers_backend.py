@@ -123,8 +123,8 @@ class _Batcher:
 
     Threads running episodes (evaluation's `workers`) call `run`; the first to find the model idle collects
     what is waiting (up to `size`, after `gather_s` for turns just being rendered) and generates them
-    together, the others wait for their tokens. On a CPU a batch of 8 decodes ~5x the tokens per second of one
-    sequence (docs/benchmarks.md). Only greedy turns are batched: a sampled turn's seed must give its own
+    together, the others wait for their tokens. It pays where decoding dominates; an agent turn's long prompt is
+    prefill-bound (1.14x a smol episode, docs/benchmarks.md). Only greedy turns are batched: a sampled turn's seed must give its own
     tokens whatever else runs, so it is generated alone."""
 
     def __init__(self, generate_many, size: int, gather_s: float = 0.02) -> None:
@@ -167,11 +167,14 @@ class _Batcher:
 class TransformersChat:
     """A local causal LM (path or hub id) behind the `ChatLLM` interface; thread-safe.
 
-    `batch`: the most concurrent greedy turns generated together (`_Batcher`); 1: one generate at a time."""
+    `batch`: the most concurrent greedy turns generated together (`_Batcher`); 1: one generate at a time.
+    `batch` and `dtype` default to the generation config's."""
 
     def __init__(self, model: str | Path, generation: GenerationConfig | None = None, *, device: str = "auto",
-                 dtype: str | None = None, cache_dir: str | Path | None = None, batch: int = 1) -> None:
+                 dtype: str | None = None, cache_dir: str | Path | None = None, batch: int | None = None) -> None:
         self.generation = generation or GenerationConfig()
+        dtype = dtype or self.generation.dtype
+        batch = batch or self.generation.batch
         try:
             loaded = load_model(model, device, dtype, cache_dir=cache_dir)
         except InputError as e:
