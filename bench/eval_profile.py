@@ -38,6 +38,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "baseline": {},
     "old": {"rev": OLD_REV, "params": {"evaluate.batch_turns": False}},
     "bf16": {"params": {"agent.dtype": "bfloat16"}},  # with batching: the weights in bfloat16 as well
+    "dynamic": {"params": {"agent.cache": "dynamic"}},  # transformers' KV cache that grows by concatenation
+    "static": {"params": {"agent.cache": "static"}},  # a preallocated KV cache written in place
+    "prefix": {"params": {"agent.cache": "prefix"}},  # the prompt prefix every turn shares, computed once
 }
 
 

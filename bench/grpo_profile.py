@@ -66,6 +66,13 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "bf16_accum_nockpt": {"params": {"train.bf16": True, "train.per_device_train_batch_size": 1,
                                      "train.gradient_accumulation_steps": "train.num_generations",
                                      "train.gradient_checkpointing": False}},
+    # rollouts from a bfloat16 copy of the policy (synced after each optimizer step) with a preallocated KV
+    # cache: no weight casts under autocast and no cache concatenation at every token
+    "gencopy": {"params": {"train.generation_dtype": "bfloat16"}},
+    "static": {"params": {"train.cache_implementation": "static"}},
+    "gencopy_static": {"params": {"train.generation_dtype": "bfloat16", "train.cache_implementation": "static"}},
+    # ... and the same as the profile's own setting, to compare with an older one
+    "no_gencopy": {"params": {"train.generation_dtype": None, "train.cache_implementation": None}},
 }
 
 

@@ -68,7 +68,8 @@ ALTERNATIVES = {"reward.variant": ["outcome_only"], "search.backend": ["replay",
                 "train.search_backend": ["replay", "local"], "train.loss_type": ["grpo"],
                 "train.vllm_mode": ["server"], "evaluate.baseline_model": ["sft", "base"],
                 "evaluate.cer.ranker": ["encoder:some/model"], "train.vllm_server_base_url": ["http://gpu0:8000"],
-                "train.lora": [{"r": 16, "lora_alpha": 32}]}
+                "train.lora": [{"r": 16, "lora_alpha": 32}], "agent.cache": ["static"],
+                "train.cache_implementation": ["static"], "train.generation_dtype": ["bfloat16"]}
 
 
 def candidates(key: str, value: Any, others: list[dict[str, Any]]) -> list[Any]:

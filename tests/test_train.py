@@ -278,7 +278,7 @@ GRPO_VALUES = dict(num_generations=2, per_device_train_batch_size=4, gradient_ac
                    learning_rate=3e-6, beta=0.04, epsilon=0.3, loss_type="grpo", max_steps=7, save_steps=4,
                    eval_steps=2, logging_steps=3, max_completion_length=321, temperature=0.7, seed=11,
                    gradient_checkpointing=False, bf16=False, use_vllm=False, vllm_mode="server", vllm_server_base_url="http://gpu0:8000",
-                   num_generations_eval=2, eval_on_start=False)
+                   num_generations_eval=2, eval_on_start=False, cache_implementation="static")
 
 
 def test_grpo_config_carries_every_field_and_the_fixed_settings(tmp_path):
@@ -957,17 +957,25 @@ def test_a_kl_term_loads_a_reference_model_and_logs_the_kl(project):
     assert kl[0] == pytest.approx(0.0, abs=1e-6)  # first step: the policy is still the reference
 
 
-@pytest.mark.slow
-def test_one_episode_per_backward_pass_without_checkpointing_is_the_same_step(project):
-    """Issue 32's memory setting (the smol profile): the loss's forward/backward one episode at a time
-    (per_device_train_batch_size 1 x gradient_accumulation_steps = the group) and no activation checkpointing.
-    The same seed generates the same episodes (one generation batch either way), so every reward is identical,
-    and the update is the same one: the same gradient norm and loss up to float rounding. (The tiny model earns
-    no reward, and equal rewards give no gradient: the outcome term here is the episode's length, mod 5.)"""
-    import biocheck.train.reward_funcs as rf
+def _train_rows(project: Path, name: str, steps: int, **train) -> list[dict]:
+    """Train `steps` steps from the tiny model (no SFT, one validation at the end) into project/name; the
+    logged rows of the training steps."""
     from biocheck.pipeline import train_stage
 
-    real = rf.RewardBank._component
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["train"].update(out_dir=str(project / name), max_steps=steps, save_steps=steps, eval_steps=steps,
+                           eval_on_start=False, sft={"enabled": False}, **train)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BIOCHECK_TRACKING", "off")
+        mp.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+        train_stage(params, progress=False)
+    state = json.loads((project / name / f"checkpoint-{steps}" / "trainer_state.json").read_text())
+    return [row for row in state["log_history"] if "loss" in row]
+
+
+def _length_outcome(real):
+    """RewardBank._component with the outcome term replaced by the episode's length, mod 5: the tiny model earns
+    no reward, and equal rewards give no gradient; this one varies within a group."""
 
     def component(self, name):
         if name != "outcome":
@@ -979,17 +987,22 @@ def test_one_episode_per_backward_pass_without_checkpointing_is_the_same_step(pr
         outcome.__name__ = name
         return outcome
 
+    return component
+
+
+@pytest.mark.slow
+def test_one_episode_per_backward_pass_without_checkpointing_is_the_same_step(project, monkeypatch):
+    """Issue 32's memory setting (the smol profile): the loss's forward/backward one episode at a time
+    (per_device_train_batch_size 1 x gradient_accumulation_steps = the group) and no activation checkpointing.
+    The same seed generates the same episodes (one generation batch either way), so every reward is identical,
+    and the update is the same one: the same gradient norm and loss up to float rounding. (The tiny model earns
+    no reward, and equal rewards give no gradient: the outcome term here is the episode's length, mod 5.)"""
+    import biocheck.train.reward_funcs as rf
+
+    monkeypatch.setattr(rf.RewardBank, "_component", _length_outcome(rf.RewardBank._component))
+
     def run(name: str, **train) -> dict:
-        params = yaml.safe_load((project / "params.yaml").read_text())
-        params["train"].update(out_dir=str(project / name), max_steps=1, save_steps=1, eval_steps=1,
-                               eval_on_start=False, sft={"enabled": False}, **train)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("BIOCHECK_TRACKING", "off")
-            mp.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-            mp.setattr(rf.RewardBank, "_component", component)
-            train_stage(params, progress=False)
-        state = json.loads((project / name / "checkpoint-1" / "trainer_state.json").read_text())
-        return next(row for row in state["log_history"] if "loss" in row)
+        return _train_rows(project, name, 1, **train)[0]
 
     batched = run("batched", per_device_train_batch_size=2, gradient_accumulation_steps=1,
                   gradient_checkpointing=True)
@@ -1050,3 +1063,54 @@ def test_a_finished_run_is_not_trained_past_max_steps(wiring):
     assert json.loads((wiring.tmp / "metrics" / "train.json").read_text())["train_loss"] == pytest.approx(0.375)
     stats = train(params, progress=False, max_steps=3)  # more steps are another run (max_steps is in its key)
     assert len(wiring.trainers) == trained + 1 and stats["resumed_from"] is None
+
+
+@pytest.mark.slow
+def test_rollouts_from_a_generation_copy_are_the_policys_own(project, monkeypatch):
+    """train.generation_dtype (issue 32): rollouts come from a copy of the policy, refreshed after each optimizer
+    step. In the policy's own dtype (float32) the copy is numerically the policy, so two steps give the same
+    rewards, lengths and update as generating with the policy; a static KV cache as well. The copy is used
+    at every generation and holds the policy's current weights then; the policy is put back after each."""
+    import biocheck.train.grpo as grpo
+    import biocheck.train.reward_funcs as rf
+
+    seen: list[tuple[int, bool, float]] = []
+    real = grpo.GenerationCopyMixin._generate_single_turn
+
+    def spy(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        copy = getattr(self, "_gen_copy", None)
+        if copy is not None:
+            policy = self.accelerator.unwrap_model(self.model_wrapped)
+            weights = policy.state_dict()
+            drift = max((t.float() - weights[n].float()).abs().max().item() for n, t in copy.state_dict().items())
+            seen.append((self.state.global_step, policy is not copy, drift))
+        return out
+
+    monkeypatch.setattr(grpo.GenerationCopyMixin, "_generate_single_turn", spy)
+    monkeypatch.setattr(rf.RewardBank, "_component", _length_outcome(rf.RewardBank._component))
+
+    def run(name: str, **train) -> list[dict]:
+        return _train_rows(project, name, 2, **train)
+
+    policy = run("policy")
+    assert seen == []  # generation_dtype null: no copy
+    copied = run("copy", generation_dtype="float32")
+    assert {step for step, _, _ in seen} == {0, 1, 2}  # both steps' rollouts and the validation's
+    assert all(restored and drift == 0.0 for _, restored, drift in seen), seen
+    static = run("static", generation_dtype="float32", cache_implementation="static")
+    assert len(policy) == len(copied) == len(static) == 2
+    keys = sorted(k for k in policy[0] if k.startswith("rewards/") or k in ("reward", "completions/mean_length"))
+    for other in (copied, static):
+        for mine, theirs in zip(policy, other, strict=True):
+            assert {k: theirs[k] for k in keys} == {k: mine[k] for k in keys}
+            assert theirs["loss"] == pytest.approx(mine["loss"], rel=1e-5, abs=1e-7)
+            assert theirs["grad_norm"] == pytest.approx(mine["grad_norm"], rel=1e-5, abs=1e-7)
+    assert all(row["grad_norm"] > 0 for row in policy), policy  # real updates: step 2 samples updated weights
+
+
+def test_a_generation_copy_needs_full_fine_tuning():
+    from biocheck.train.grpo import TrainConfig
+
+    with pytest.raises(ValueError, match=r"train\.generation_dtype needs full fine-tuning"):
+        TrainConfig(generation_dtype="bfloat16", lora={"r": 8})

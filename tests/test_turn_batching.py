@@ -128,3 +128,60 @@ def test_evaluation_batches_the_turns_of_its_claims_in_flight(monkeypatch):
                                      eval_cfg=cfg)
         system._build()
         assert built[-1][-1] == expected  # the batch: the claims in flight, or one turn at a time
+
+
+def test_a_static_cache_gives_the_tokens_of_the_dynamic_one(tiny_model):
+    """agent.cache static (a preallocated KV cache, issue 32): the same greedy tokens, one turn or a batch."""
+    dynamic = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=24, temperature=0.0))
+    static = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=24, temperature=0.0, cache="static"))
+    prompts = [dynamic.render(_messages(c), []) for c in CLAIMS]
+    used = []
+    generate = static.model.generate
+
+    def spy(*args, generation_config, **kwargs):
+        used.append(generation_config.cache_implementation)
+        return generate(*args, generation_config=generation_config, **kwargs)
+
+    static.model.generate = spy
+    alone = [static._generate(p, 24, GenerationConfig(temperature=0.0)) for p in prompts]
+    assert alone == [dynamic._generate(p, 24, GenerationConfig(temperature=0.0)) for p in prompts]
+    assert static._generate_many(prompts, [24] * len(prompts)) == dynamic._generate_many(prompts, [24] * len(prompts))
+    assert used == ["static"] * (len(prompts) + 1)  # every call, the batch too
+    assert dynamic.fingerprint() == static.fingerprint()  # the same model: one episode cache
+
+
+def _agent_prompts(chat) -> list[list[int]]:
+    """Turn-0 prompts of an agent: a long system prompt every claim shares, then the claim."""
+    system = "You check biomedical claims against PubMed. " * 12
+    return [chat.render([{"role": "system", "content": system}, {"role": "user", "content": c}], []) for c in CLAIMS]
+
+
+def test_a_cached_prompt_prefix_gives_the_tokens_of_the_whole_prompt(tiny_model):
+    """agent.cache prefix (issue 32): the prefix every turn shares is computed once; in float32 each turn,
+    alone or in a batch laid out [prefix][pads][rest], gets the tokens of its whole prompt."""
+    plain = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=24, temperature=0.0))
+    cached = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=24, temperature=0.0, cache="prefix"))
+    prompts = _agent_prompts(plain)
+    expected = [plain._generate(p, 24, GenerationConfig(temperature=0.0)) for p in prompts]
+    alone = [cached._generate(p, 24, GenerationConfig(temperature=0.0)) for p in prompts]
+    assert alone == expected
+    shared = next(i for i, (a, b) in enumerate(zip(prompts[0], prompts[1], strict=False)) if a != b)
+    assert cached._prefix == prompts[0][:shared] and len(cached._prefix) >= 64  # found at the second prompt
+    assert cached._generate_many(prompts, [24] * len(prompts)) == plain._generate_many(prompts, [24] * len(prompts))
+    assert cached._generate_many(prompts, [24] * len(prompts)) == expected
+    assert cached._prefix == prompts[0][:shared]  # settled: never rebuilt longer
+
+
+def test_the_prefix_is_used_where_it_is_shared_and_only_shortens(tiny_model):
+    chat = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=4, temperature=0.0, cache="prefix"))
+    prompts = _agent_prompts(chat)
+    assert chat._shared_prefix([prompts[0]]) == 0  # nothing to compare with yet
+    n = chat._shared_prefix([prompts[1]])
+    assert n == len(chat._prefix) >= 64
+    assert chat._shared_prefix([prompts[2], prompts[3]]) == n
+    assert chat._shared_prefix([list(range(5, 50))]) == 0 and len(chat._prefix) == n  # unrelated: kept, not used
+    short = prompts[0][:70] + [7] * 30  # shares 70 tokens: the prefix shortens to them
+    assert chat._shared_prefix([short]) == 70 == len(chat._prefix)
+    assert chat._shared_prefix([prompts[0][:70]]) == 69 == len(chat._prefix)  # a prompt keeps one token of its own
+    off = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=4, temperature=0.0))
+    assert off._shared_prefix([prompts[0]]) == off._shared_prefix([prompts[1]]) == 0 and off._prefix is None

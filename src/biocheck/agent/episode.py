@@ -42,6 +42,10 @@ class AgentConfig:
     # transformers: the weights' dtype (null: float32 on a CPU, bfloat16 on CUDA). bfloat16 on a CPU with avx512_bf16
     # multiplies ~3x as fast (docs/benchmarks.md) and changes the model's numbers, so greedy text may differ
     dtype: Literal["float32", "bfloat16"] | None = None
+    # transformers: the KV cache of a turn. static: preallocated, written in place (1.5-2.5x a decode step on a CPU
+    # at 1500 tokens); prefix: the prompt prefix all turns share (system prompt, tool schema: 824 of a smol turn 0's
+    # 841 tokens) computed once and reused (docs/benchmarks.md). Exact in float32; bfloat16 may differ in the last bits.
+    cache: Literal["dynamic", "static", "prefix"] = "dynamic"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

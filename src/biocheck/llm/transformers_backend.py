@@ -22,6 +22,9 @@ from biocheck.llm.load import load_model, model_fingerprint
 
 log = logging.getLogger(__name__)
 
+# The shortest prompt prefix worth caching (cache "prefix"): shorter shared starts (a chat template's header)
+# save less than rebuilding the prefix costs.
+MIN_PREFIX = 64
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
@@ -59,6 +62,11 @@ def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             m["tool_calls"] = calls
         out.append(m)
     return out
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def _count_tool_calls(messages: list[dict[str, Any]]) -> int:
@@ -207,6 +215,10 @@ class TransformersChat:
         self._render_lock = threading.Lock()  # the fast tokenizer is not re-entrant
         self._batcher = _Batcher(self._generate_many, batch) if batch > 1 else None
         self._dtype = None if dtype in (None, "float32") or self.device.type == "cuda" else str(dtype)
+        self._prefix: list[int] | None = None  # cache "prefix": the shared prompt prefix and its KV cache
+        self._prefix_cache: Any = None
+        self._seen: list[int] | None = None  # the last prompt, until a prefix is found
+        self._fresh_prefix: Any = None  # a copy of the prefix's cache for the generate about to run
         self._fingerprint: str | None = None
 
     # ------------------------------------------------------------------------------------------ ChatLLM
@@ -258,6 +270,40 @@ class TransformersChat:
 
     # -------------------------------------------------------------------------------------------- internals
 
+    def _shared_prefix(self, prompts: list[list[int]]) -> int:
+        """cache "prefix": how many leading tokens of `prompts` the cached prefix covers (0: none), building or
+        shortening the prefix first. It is the longest prefix these prompts share with the cached one (or, before
+        there is one, with the last prompt seen), at least MIN_PREFIX tokens and short of every prompt's last
+        token; it only ever shortens, so an agent's turns settle on the system prompt and tool schema at once."""
+        import copy
+
+        if self.generation.cache != "prefix":
+            return 0
+        ref = self._prefix if self._prefix is not None else self._seen
+        self._seen = prompts[0]
+        if ref is None:
+            return 0
+        n = min([_common_prefix(ref, q) for q in prompts] + [len(q) - 1 for q in prompts])
+        if n < MIN_PREFIX:
+            return 0
+        if self._prefix is None or n != len(self._prefix):
+            import torch
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.model.config)
+            with torch.inference_mode():
+                self.model(input_ids=torch.tensor([prompts[0][:n]], device=self.device), cache=cache,
+                           use_cache=True)
+            self._prefix, self._prefix_cache = prompts[0][:n], cache
+        self._fresh_prefix = copy.deepcopy(self._prefix_cache)  # generate extends the cache it is given
+        return n
+
+    def _cache_kwargs(self) -> dict[str, Any]:
+        # disable_compile: generate would compile a static cache's forward on CUDA, again for every new prompt length
+        if self.generation.cache == "static":
+            return {"cache_implementation": "static", "disable_compile": True}
+        return {}
+
     def _generate(self, prompt_ids: list[int], max_new_tokens: int, g: GenerationConfig) -> list[int]:
         import torch
         from transformers import GenerationConfig as HFGenerationConfig
@@ -269,15 +315,18 @@ class TransformersChat:
             eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id,
             **({"temperature": g.temperature, "top_p": g.top_p, "top_k": 0} if sample else {}),
+            **self._cache_kwargs(),
         )
         input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
         attention_mask = torch.ones_like(input_ids)
+        prefix = {"cache": self._fresh_prefix} if self._shared_prefix([prompt_ids]) else {}
         devices = [self.device.index or 0] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, enabled=sample and g.seed is not None), torch.inference_mode():
             if sample and g.seed is not None:
                 torch.manual_seed(g.seed)
             try:
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=cfg)
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=cfg,
+                                          **prefix)
             except RuntimeError as e:  # e.g. CUDA out of memory
                 raise LLMError(f"{self.spec}: generation failed: {e}") from None
         return out[0, len(prompt_ids):].tolist()
@@ -291,16 +340,24 @@ class TransformersChat:
         if len(prompts) == 1:
             with self._lock:
                 return [self._generate(prompts[0], max_new[0], GenerationConfig(temperature=0.0))]
-        width = max(len(p) for p in prompts)
-        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], dtype=torch.long,
-                                 device=self.device)
-        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long,
-                                      device=self.device)
         cfg = HFGenerationConfig(max_new_tokens=max(max_new), do_sample=False, eos_token_id=self.stop_ids,
-                                 pad_token_id=self.pad_id)
+                                 pad_token_id=self.pad_id, **self._cache_kwargs())
         with self._lock, torch.inference_mode():
+            # Left padding, after the shared prefix when it is cached: [prefix][pads][rest]. Positions come from
+            # the attention mask, so every row's tokens sit where they would alone.
+            n = self._shared_prefix(prompts)
+            width = n + max(len(p) - n for p in prompts)
+            input_ids = torch.tensor([p[:n] + [self.pad_id] * (width - len(p)) + p[n:] for p in prompts],
+                                     dtype=torch.long, device=self.device)
+            attention_mask = torch.tensor([[1] * n + [0] * (width - len(p)) + [1] * (len(p) - n) for p in prompts],
+                                          dtype=torch.long, device=self.device)
+            prefix = {}
+            if n:
+                self._fresh_prefix.batch_repeat_interleave(len(prompts))
+                prefix["cache"] = self._fresh_prefix
             try:
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=cfg)
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=cfg,
+                                          **prefix)
             except RuntimeError as e:
                 raise LLMError(f"{self.spec}: generation failed: {e}") from None
         rows = []

@@ -32,7 +32,8 @@ def make_agent(agent_cfg, search_cfg):
     gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
                            top_p=agent_cfg.top_p, seed=agent_cfg.seed,
                            request_timeout_s=agent_cfg.request_timeout_s, batch=agent_cfg.workers,
-                           dtype=agent_cfg.dtype)
+                           dtype=agent_cfg.dtype,
+                           cache=agent_cfg.cache)
     tool = make_search_tool(search_cfg)
     return Agent(make_llm(agent_cfg.llm, gen), tool, agent_cfg, search_backend=search_cfg.backend,
                  prompts=make_prompts(agent_cfg, tool))

@@ -111,7 +111,8 @@ def _build(name: str, agent_cfg: Any, search_cfg: Any, settings: Any, batch: int
 
     gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
                            top_p=agent_cfg.top_p, seed=agent_cfg.seed,
-                           request_timeout_s=agent_cfg.request_timeout_s, batch=batch, dtype=agent_cfg.dtype)
+                           request_timeout_s=agent_cfg.request_timeout_s, batch=batch, dtype=agent_cfg.dtype,
+                           cache=agent_cfg.cache)
     llm = make_llm(agent_cfg.llm, gen)
     if name == "no_retrieval":
         from biocheck.evaluate.systems.no_retrieval import NoRetrieval
