@@ -1071,11 +1071,18 @@ def test_rollouts_from_a_generation_copy_are_the_policys_own(project, monkeypatc
     step. In the policy's own dtype (float32) the copy is numerically the policy, so two steps give the same
     rewards, lengths and update as generating with the policy; a static KV cache as well. The copy is used
     at every generation and holds the policy's current weights then; the policy is put back after each."""
+    from transformers.generation.utils import GenerationMixin
+
     import biocheck.train.grpo as grpo
     import biocheck.train.reward_funcs as rf
 
     seen: list[tuple[int, bool, float]] = []
-    real = grpo.GenerationCopyMixin._generate_single_turn
+    generated_by: list = []  # the model each generate ran on
+    real, real_generate = grpo.GenerationCopyMixin._generate_single_turn, GenerationMixin.generate
+
+    def generate(model, *args, **kwargs):
+        generated_by.append(model)
+        return real_generate(model, *args, **kwargs)
 
     def spy(self, *args, **kwargs):
         out = real(self, *args, **kwargs)
@@ -1084,9 +1091,10 @@ def test_rollouts_from_a_generation_copy_are_the_policys_own(project, monkeypatc
             policy = self.accelerator.unwrap_model(self.model_wrapped)
             weights = policy.state_dict()
             drift = max((t.float() - weights[n].float()).abs().max().item() for n, t in copy.state_dict().items())
-            seen.append((self.state.global_step, policy is not copy, drift))
+            seen.append((self.state.global_step, policy is not copy and generated_by[-1] is copy, drift))
         return out
 
+    monkeypatch.setattr(GenerationMixin, "generate", generate)
     monkeypatch.setattr(grpo.GenerationCopyMixin, "_generate_single_turn", spy)
     monkeypatch.setattr(rf.RewardBank, "_component", _length_outcome(rf.RewardBank._component))
 
@@ -1097,7 +1105,7 @@ def test_rollouts_from_a_generation_copy_are_the_policys_own(project, monkeypatc
     assert seen == []  # generation_dtype null: no copy
     copied = run("copy", generation_dtype="float32")
     assert {step for step, _, _ in seen} == {0, 1, 2}  # both steps' rollouts and the validation's
-    assert all(restored and drift == 0.0 for _, restored, drift in seen), seen
+    assert all(used_and_restored and drift == 0.0 for _, used_and_restored, drift in seen), seen
     static = run("static", generation_dtype="float32", cache_implementation="static")
     assert len(policy) == len(copied) == len(static) == 2
     keys = sorted(k for k in policy[0] if k.startswith("rewards/") or k in ("reward", "completions/mean_length"))
@@ -1109,8 +1117,10 @@ def test_rollouts_from_a_generation_copy_are_the_policys_own(project, monkeypatc
     assert all(row["grad_norm"] > 0 for row in policy), policy  # real updates: step 2 samples updated weights
 
 
-def test_a_generation_copy_needs_full_fine_tuning():
+def test_a_generation_copy_needs_full_fine_tuning_and_no_vllm():
     from biocheck.train.grpo import TrainConfig
 
     with pytest.raises(ValueError, match=r"train\.generation_dtype needs full fine-tuning"):
         TrainConfig(generation_dtype="bfloat16", lora={"r": 8})
+    with pytest.raises(ValueError, match=r"train\.generation_dtype is for generation by transformers"):
+        TrainConfig(generation_dtype="bfloat16", use_vllm=True)

@@ -162,6 +162,14 @@ def test_a_cached_prompt_prefix_gives_the_tokens_of_the_whole_prompt(tiny_model)
     plain = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=24, temperature=0.0))
     cached = TransformersChat(tiny_model, GenerationConfig(max_new_tokens=24, temperature=0.0, cache="prefix"))
     prompts = _agent_prompts(plain)
+    given: list[tuple[int, int]] = []  # per generate: the cached tokens it was given, and the batch
+    generate = cached.model.generate
+
+    def spy(*args, cache=None, **kwargs):
+        given.append((0 if cache is None else cache.get_seq_length(), kwargs["input_ids"].shape[0]))
+        return generate(*args, cache=cache, **kwargs)
+
+    cached.model.generate = spy
     expected = [plain._generate(p, 24, GenerationConfig(temperature=0.0)) for p in prompts]
     alone = [cached._generate(p, 24, GenerationConfig(temperature=0.0)) for p in prompts]
     assert alone == expected
@@ -170,6 +178,8 @@ def test_a_cached_prompt_prefix_gives_the_tokens_of_the_whole_prompt(tiny_model)
     assert cached._generate_many(prompts, [24] * len(prompts)) == plain._generate_many(prompts, [24] * len(prompts))
     assert cached._generate_many(prompts, [24] * len(prompts)) == expected
     assert cached._prefix == prompts[0][:shared]  # settled: never rebuilt longer
+    n = len(cached._prefix)
+    assert given == [(0, 1)] + [(n, 1)] * (len(prompts) - 1) + [(n, len(prompts))] * 2  # the prefix, really used
 
 
 def test_the_prefix_is_used_where_it_is_shared_and_only_shortens(tiny_model):

@@ -293,7 +293,7 @@ class TransformersChat:
             cache = DynamicCache(config=self.model.config)
             with torch.inference_mode():
                 self.model(input_ids=torch.tensor([prompts[0][:n]], device=self.device), cache=cache,
-                           use_cache=True)
+                           use_cache=True, logits_to_keep=1)
             self._prefix, self._prefix_cache = prompts[0][:n], cache
         self._fresh_prefix = copy.deepcopy(self._prefix_cache)  # generate extends the cache it is given
         return n
@@ -329,6 +329,8 @@ class TransformersChat:
                                           **prefix)
             except RuntimeError as e:  # e.g. CUDA out of memory
                 raise LLMError(f"{self.spec}: generation failed: {e}") from None
+            finally:
+                self._fresh_prefix = None  # the grown cache of this turn: not kept until the next one
         return out[0, len(prompt_ids):].tolist()
 
     def _generate_many(self, prompts: list[list[int]], max_new: list[int]) -> list[list[int]]:
@@ -360,6 +362,8 @@ class TransformersChat:
                                           **prefix)
             except RuntimeError as e:
                 raise LLMError(f"{self.spec}: generation failed: {e}") from None
+            finally:
+                self._fresh_prefix = None
         rows = []
         for row, limit in zip(out[:, width:].tolist(), max_new, strict=True):
             row = row[:limit]

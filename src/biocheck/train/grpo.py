@@ -78,6 +78,9 @@ class TrainConfig:
         if self.generation_dtype and self.lora:  # the copy is of the whole model; an adapter's would be another
             raise ValueError("train.generation_dtype needs full fine-tuning: set train.lora to null, or "
                              "train.generation_dtype to null")
+        if self.generation_dtype and self.use_vllm:  # vLLM generates from its own copy of the weights
+            raise ValueError("train.generation_dtype is for generation by transformers: with train.use_vllm true, "
+                             "set it to null")
         if self.save_steps < 1 or self.eval_steps < 1:
             raise ValueError(f"train.save_steps={self.save_steps}, train.eval_steps={self.eval_steps}: "
                              "both must be >= 1")
@@ -132,14 +135,21 @@ class GenerationCopyMixin:
     generation_dtype: str | None = None
 
     def _generation_copy(self):
+        from copy import deepcopy
+
         import torch
         from transformers import AutoModelForCausalLM
 
         policy = self.accelerator.unwrap_model(self.model_wrapped)
         copy = getattr(self, "_gen_copy", None)
         if copy is None:
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled:  # their state_dict() is sharded or empty
+                raise ValueError("train.generation_dtype copies the whole model: use it without DeepSpeed or FSDP "
+                                 "(or generate with vLLM: train.use_vllm)")
+            # a config of its own: from_config writes the dtype into the config it is given
             with torch.random.fork_rng(devices=[]):  # its random init must not move the sampling seed's stream
-                copy = AutoModelForCausalLM.from_config(policy.config, dtype=getattr(torch, self.generation_dtype))
+                copy = AutoModelForCausalLM.from_config(deepcopy(policy.config),
+                                                        dtype=getattr(torch, self.generation_dtype))
             copy.generation_config = policy.generation_config
             self._gen_copy, self._gen_copy_step = copy.to(policy.device).eval().requires_grad_(False), None
         if self._gen_copy_step != self.state.global_step:
