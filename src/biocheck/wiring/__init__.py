@@ -5,7 +5,7 @@ parts it assembles (data, pubmed, llm, agent, rewards, models); `pipeline.py` ad
 is checked by import-linter (pyproject.toml, [tool.importlinter]; tests/test_layers.py).
 """
 
-from biocheck.wiring.components import agent, make_agent, make_judge, make_prompts, make_search_tool
+from biocheck.wiring.components import agent, agent_generation, make_agent, make_judge, make_prompts, make_search_tool
 from biocheck.wiring.config import (
     JUDGE_KEYS,
     SECTIONS,
@@ -31,7 +31,7 @@ from biocheck.wiring.config import (
     with_default,
 )
 
-__all__ = ["JUDGE_KEYS", "SECTIONS", "JudgeConfig", "agent", "agent_config", "evidence_config", "fetch_config",
+__all__ = ["JUDGE_KEYS", "SECTIONS", "JudgeConfig", "agent", "agent_generation", "agent_config", "evidence_config", "fetch_config",
            "judge_config", "make_agent", "make_judge", "make_prompts", "make_search_tool", "model_config",
            "params_of", "prepare_config", "prepared_dir", "primary_variant", "refresh_config", "reward_config",
            "search_config", "sft_dir", "tracked", "tracking_config", "validate_config", "variant_path",

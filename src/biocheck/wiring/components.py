@@ -25,15 +25,21 @@ def make_prompts(agent_cfg, tool):
     return Prompts.for_tool(agent_cfg.max_searches, tool)
 
 
+def agent_generation(agent_cfg, batch: int):
+    """The `GenerationConfig` of the agent's model from `agent:` (one place for the agent and every baseline);
+    `batch`: the most concurrent greedy turns generated together."""
+    from biocheck.llm import GenerationConfig
+
+    return GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
+                            top_p=agent_cfg.top_p, seed=agent_cfg.seed, request_timeout_s=agent_cfg.request_timeout_s,
+                            batch=batch, dtype=agent_cfg.dtype, cache=agent_cfg.cache)
+
+
 def make_agent(agent_cfg, search_cfg):
     from biocheck.agent.episode import Agent
-    from biocheck.llm import GenerationConfig, make_llm
+    from biocheck.llm import make_llm
 
-    gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
-                           top_p=agent_cfg.top_p, seed=agent_cfg.seed,
-                           request_timeout_s=agent_cfg.request_timeout_s, batch=agent_cfg.workers,
-                           dtype=agent_cfg.dtype,
-                           cache=agent_cfg.cache)
+    gen = agent_generation(agent_cfg, agent_cfg.workers)
     tool = make_search_tool(search_cfg)
     return Agent(make_llm(agent_cfg.llm, gen), tool, agent_cfg, search_backend=search_cfg.backend,
                  prompts=make_prompts(agent_cfg, tool))

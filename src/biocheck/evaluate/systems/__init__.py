@@ -106,14 +106,10 @@ def _settings(name: str, agent_cfg: Any, eval_cfg: Any) -> Any:
 
 
 def _build(name: str, agent_cfg: Any, search_cfg: Any, settings: Any, batch: int = 1) -> Any:
-    from biocheck.llm import GenerationConfig, make_llm
-    from biocheck.wiring import make_prompts, make_search_tool
+    from biocheck.llm import make_llm
+    from biocheck.wiring import agent_generation, make_prompts, make_search_tool
 
-    gen = GenerationConfig(max_new_tokens=agent_cfg.max_new_tokens, temperature=agent_cfg.temperature,
-                           top_p=agent_cfg.top_p, seed=agent_cfg.seed,
-                           request_timeout_s=agent_cfg.request_timeout_s, batch=batch, dtype=agent_cfg.dtype,
-                           cache=agent_cfg.cache)
-    llm = make_llm(agent_cfg.llm, gen)
+    llm = make_llm(agent_cfg.llm, agent_generation(agent_cfg, batch))
     if name == "no_retrieval":
         from biocheck.evaluate.systems.no_retrieval import NoRetrieval
 
