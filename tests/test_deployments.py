@@ -1,4 +1,4 @@
-"""prefect.yaml: its four deployments, checked statically and against a real local Prefect server.
+"""prefect.yaml: its seven deployments, checked statically and against a real local Prefect server.
 
 - Statically: each deployment's entrypoint loads, its default parameters fit the flow's signature (the
   check the server makes when a run is created), its cron strings are valid, pools and names as designed.
@@ -48,10 +48,10 @@ def _crons(deployment: dict) -> list[tuple[str, str]]:
 
 # --- prefect.yaml, without a server -------------------------------------------------------------------
 
-def test_the_four_deployments_on_their_pools():
-    assert set(DEPLOYMENTS) == {"pipeline-weekly", "evidence-refresh-nightly", "evaluate", "train-gpu"}
+def test_the_seven_deployments_on_their_pools():
     pools = {name: d["work_pool"]["name"] for name, d in DEPLOYMENTS.items()}
-    assert pools == {"pipeline-weekly": "cpu", "evidence-refresh-nightly": "cpu", "evaluate": "cpu", "train-gpu": "gpu"}
+    assert pools == {"pipeline-weekly": "cpu", "evidence-refresh-nightly": "cpu", "evaluate": "cpu", "train-gpu": "gpu",
+                     "study": "cpu", "study-unit-gpu": "gpu", "study-unit-cpu": "cpu"}
     assert all(d.get("enforce_parameter_schema") is True for d in DEPLOYMENTS.values())
     # Prefect's default pull step: the absolute directory `prefect deploy` runs in (not a stale $PWD).
     assert SPEC.get("pull") is None and not any("pull" in d for d in DEPLOYMENTS.values())

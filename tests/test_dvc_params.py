@@ -29,15 +29,34 @@ def profile(name: str) -> dict[str, Any]:
     return yaml.safe_load((REPO / "profiles" / f"{name}.yaml").read_text())
 
 
+STUDY = "study/dvc.yaml"
+
+
 def stages() -> dict[str, dict[str, Any]]:
-    """dvc.yaml's stages, `foreach` expanded (name@key)."""
+    """dvc.yaml's stages, `foreach` expanded (name@key), and study/dvc.yaml's (`study/dvc.yaml:name`, a `matrix`
+    expanded over the quickstart's study.variants x study.seeds)."""
     out = {}
     for name, spec in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items():
         if "foreach" in spec:
             out.update({f"{name}@{key}": spec["do"] for key in spec["foreach"]})
         else:
             out[name] = spec
+    study = profile("quickstart")["study"]
+    for name, spec in yaml.safe_load((REPO / STUDY).read_text())["stages"].items():
+        if "matrix" in spec:
+            out.update({f"{STUDY}:{name}@{v}-{s}": spec for v in study["variants"] for s in study["seeds"]})
+        else:
+            out[f"{STUDY}:{name}"] = spec
     return out
+
+
+def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
+    """pipeline.stage_inputs, or for study/dvc.yaml's stages study.stage_inputs."""
+    from biocheck import pipeline, study
+
+    if stage.startswith(STUDY + ":"):
+        return study.stage_inputs(params, stage.removeprefix(STUDY + ":"))
+    return pipeline.stage_inputs(params, stage)
 
 
 def leaves(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -69,7 +88,8 @@ ALTERNATIVES = {"reward.variant": ["outcome_only"], "search.backend": ["replay",
                 "train.vllm_mode": ["server"], "evaluate.baseline_model": ["sft", "base"],
                 "evaluate.cer.ranker": ["encoder:some/model"], "train.vllm_server_base_url": ["http://gpu0:8000"],
                 "train.lora": [{"r": 16, "lora_alpha": 32}], "agent.cache": ["static"],
-                "train.cache_implementation": ["static"], "train.generation_dtype": ["bfloat16"]}
+                "train.cache_implementation": ["static"], "train.generation_dtype": ["bfloat16"],
+                "study.reference": ["outcome_only"]}
 
 
 def candidates(key: str, value: Any, others: list[dict[str, Any]]) -> list[Any]:
@@ -85,8 +105,6 @@ def candidates(key: str, value: Any, others: list[dict[str, Any]]) -> list[Any]:
 def reads(params: dict[str, Any], stage: str) -> set[str]:
     """The leaf keys of `params` some valid change of which changes the stage's configs (a value the
     configs refuse says nothing: several stages build a config only to read one of its keys)."""
-    from biocheck.pipeline import stage_inputs
-
     before = stage_inputs(params, stage)
     others = [leaves(profile(n)) for n in PROFILES]
     out = set()
@@ -115,8 +133,6 @@ def listed(params: dict[str, Any], spec: dict[str, Any]) -> set[str]:
 
 
 def test_every_stage_of_dvc_yaml_is_a_stage_the_pipeline_knows():
-    from biocheck.pipeline import stage_inputs
-
     for stage in stages():
         assert stage_inputs(profile("quickstart"), stage)
 

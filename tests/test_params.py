@@ -21,6 +21,7 @@ from biocheck import pipeline as pl
 from biocheck import wiring as b
 from biocheck.io import InputError
 from biocheck.params import load_params
+from biocheck.study import study_config
 from tests.conftest import REPO
 
 PROFILES = ["quickstart", "smol", "paper"]
@@ -52,7 +53,7 @@ def build_all(params: dict[str, Any]) -> dict[str, Any]:
              "judge_eqs": b.judge_config(p, eqs=True) if (p.get("judge") or {}).get("eqs") else None,
              "audit": pl.audit_config(p), "train": pl.train_config(p),
              "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p),
-             "orchestrate": pl.orchestrate_config(p), "tracking": b.tracking_config(p)}
+             "orchestrate": pl.orchestrate_config(p), "tracking": b.tracking_config(p), "study": study_config(p)}
     return _plain(built)
 
 
@@ -131,7 +132,7 @@ ACCEPTED = {
     "audit": "biocheck.evaluate.audit:AuditConfig",
     "evaluate": "biocheck.evaluate.config:EvaluateConfig",
     "orchestrate": "biocheck.orchestration.config:OrchestrateConfig",
-    "tracking": "biocheck.tracking:TrackingConfig",
+    "tracking": "biocheck.tracking:TrackingConfig", "study": "biocheck.study:StudyConfig",
 }
 
 

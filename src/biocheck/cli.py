@@ -840,6 +840,104 @@ def reward_audit(
 
 # --- reports -------------------------------------------------------------------------------------
 
+study_app = typer.Typer(help="A study: EG-GRPO against outcome-only GRPO and their shared start, over seeds x claims "
+                             "(params `study:`, stages in study/dvc.yaml; docs/evaluation.md).", no_args_is_help=True)
+app.add_typer(study_app, name="study")
+SeedOpt = Annotated[int, typer.Option("--seed", help="The unit's seed (one of study.seeds).")]
+
+
+@study_app.command("run")
+def study_run(
+    upstream: Annotated[bool, typer.Option(help="Let DVC first bring up to date what the units read (data, index, "
+                                                "judges, the start model); --no-upstream: they are there already.")] = True,
+) -> None:
+    """Run the whole study here, one DVC stage after another, then its analysis.
+
+    Trains every (variant, seed) of `study:` from the shared start, selects each run's best checkpoint by
+    validation reward, evaluates every selected checkpoint and the start on the same held-out claims, and
+    writes metrics/study.json, reports/study.json, the forest plot (metrics/study_plots/forest.csv, `dvc plots
+    show`) and reports/study/index.html. Each unit is a stage of study/dvc.yaml (`dvc repro study/dvc.yaml`
+    runs the same): a finished unit is skipped, so a killed study restarts where it stopped. Several machines:
+    the Prefect deployment `study` (docs/orchestration.md).
+    """
+    from biocheck.study import run_local
+
+    def said(i: int, n: int, ran: dict) -> None:
+        how = f"ran in {ran['seconds']:.0f} s" if ran["ran"] else "up to date, skipped"
+        err.print(f"[{i}/{n}] {ran['stage']}: {how}", markup=False, highlight=False)
+
+    _run(run_local, ".", upstream=upstream, report=said,
+         on_interrupt="interrupted; finished units are kept (dvc.lock); rerun `biocheck study run` to go on.")
+    err.print("study written: metrics/study.json, reports/study/index.html (study.* paths in params.yaml)",
+              markup=False, highlight=False)
+
+
+@study_app.command("train")
+def study_train(
+    variant: Annotated[Literal[VARIANTS], typer.Option("--variant", help="The unit's reward variant.")],
+    seed: SeedOpt,
+    params: ParamsOpt = Path("params.yaml"),
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """One training unit: GRPO of VARIANT with SEED from the shared start (DVC stage train@VARIANT-SEED).
+
+    Writes the checkpoints to study.out_dir/<variant>-s<seed>; a rerun resumes from the last one.
+    """
+    from biocheck.study import train_unit
+    from biocheck.wiring import params_of
+
+    stats = _run(train_unit, _run(params_of, params), variant, seed, progress=progress and sys.stderr.isatty(),
+                 on_interrupt="interrupted; the checkpoints already saved are kept; rerun to resume.")
+    err.print(json.dumps({k: v for k, v in stats.items() if k != "sft"}, indent=2), markup=False, highlight=False)
+
+
+@study_app.command("evaluate")
+def study_evaluate(
+    variant: Annotated[Literal[VARIANTS] | None, typer.Option(
+        "--variant", help="The unit's reward variant; none: evaluate the shared start.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="The unit's seed (with --variant).")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """One evaluation unit: the unit's best checkpoint (or the start) on the study's held-out claims.
+
+    Selects the checkpoint with the best validation reward (as `biocheck select`), runs it as the BioCheck agent
+    on study.datasets (first study.limit claims) and writes study.eval_dir/<unit> (episodes cached: a rerun
+    computes only what is missing).
+    """
+    from biocheck.study import evaluate_unit
+    from biocheck.wiring import params_of
+
+    if (variant is None) != (seed is None):
+        _fail("--variant and --seed go together (a unit), or neither (the start); see `biocheck study evaluate --help`",
+              code=2)
+    out = _run(evaluate_unit, _run(params_of, params), variant, seed, progress=progress and sys.stderr.isatty(),
+               on_interrupt="interrupted; the episodes already run are cached; rerun to finish.")
+    shown = {d: {k: m.get(k) for k in ("n", "accuracy", "ehr", "eqs")} for d, m in out["metrics"].items()}
+    err.print(json.dumps({"unit": out["unit"], "selection": out["selection"], "metrics": shown}, indent=2),
+              markup=False, highlight=False)
+
+
+@study_app.command("analyze")
+def study_analyze(params: ParamsOpt = Path("params.yaml")) -> None:
+    """The study's answer from every unit's predictions: differences with their two-level bootstrap.
+
+    For each dataset and metric: the reference variant minus each other variant and minus the start, with a
+    95% interval over seeds and claims, p, the minimum detectable difference and a sentence of what the study
+    can say. Writes metrics/study.json, reports/study.json, metrics/study_plots/forest.csv and
+    reports/study/index.html, and logs one MLflow run under `study <name>`.
+    """
+    from biocheck.study import analyze_units
+    from biocheck.wiring import params_of
+
+    out = _run(analyze_units, _run(params_of, params))
+    for result in out["datasets"].values():
+        for entry in result["metrics"].values():
+            for d in entry["differences"].values():
+                err.print(d["sentence"], markup=False, highlight=False, soft_wrap=True)
+    err.print(f"-> {out['report']}, {out['page']}", markup=False, highlight=False)
+
+
 report_app = typer.Typer(help="Reports about the pipeline's results (the pull-request evaluation comment).",
                          no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(report_app, name="report")
@@ -983,7 +1081,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "profile show": ("biocheck profile show --params profiles/paper.yaml",),
     "reward audit": ("biocheck reward audit                       # the profile's audit (DVC stage `audit`)",
                      "biocheck reward audit --judge transformers:models/judge_eqs --out /tmp/audit_other_judge.json"),
-    "report pr": ("dvc status --json > /tmp/status.json && dvc repro evaluate",
+    "study run": ("biocheck study run                  # every unit of params.yaml `study:`, then the analysis",
+                  "dvc repro study/dvc.yaml            # the same, as DVC stages"),
+    "study train": ("biocheck study train --variant outcome_only --seed 1",),
+    "study evaluate": ("biocheck study evaluate --variant eg_grpo --seed 0", "biocheck study evaluate   # the start"),
+    "study analyze": ("biocheck study analyze",),
+    "report pr": ("dvc status dvc.yaml --json > /tmp/status.json && dvc repro evaluate",
                   "biocheck report pr --base origin/main --status /tmp/status.json --out comment.md"),
 }
 

@@ -385,7 +385,7 @@ class EvalSetup:
 def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Path | str | None = None,
                    model: str | None = None, **overrides: Any) -> EvalSetup:
     """evaluate_stage's inputs; `model` (eval_model) replaces the eg_grpo system's model (None: the champion)."""
-    from biocheck.data.prepare import load_split
+    from biocheck.data.prepare import load_full, load_split
     from biocheck.evaluate.config import BASELINES, DATASETS
     from biocheck.evaluate.systems import make_system
 
@@ -410,9 +410,15 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
     claims = {}
     for d in cfg.datasets:
         dataset, split = DATASETS[d].split("/")
-        claims[d] = load_split(dataset, split, prepared_dir(p))[: cfg.limit]
+        if cfg.full_split:  # the whole split, not data.subset's sample of it
+            keep = prepare_config(p).keep_labels.get(split)
+            found = [c for c in load_full(dataset, prepared_dir(p)) if c.split == split and (not keep or c.label in keep)]
+            where = prepared_dir(p) / "full" / f"{dataset}.jsonl"
+        else:
+            found, where = load_split(dataset, split, prepared_dir(p)), prepared_dir(p) / f"{DATASETS[d]}.jsonl"
+        claims[d] = found[: cfg.limit]
         if not claims[d]:
-            raise InputError(f"{prepared_dir(p) / DATASETS[d]}.jsonl: no claims to evaluate; check data.subset "
+            raise InputError(f"{where}: no {split} claims to evaluate; check data.subset "
                              "and data.keep_labels, then `dvc repro prepare`.")
     return EvalSetup(cfg, systems, claims)
 

@@ -47,8 +47,11 @@ PURPOSES = ("data", "train", "eval")
 EXPERIMENTS = {"data": "biocheck-data", "train": "biocheck-train", "eval": "biocheck-eval"}  # the defaults
 # Which experiment a stage logs into (a stage name before any `@key` of a DVC foreach).
 STAGES = {"prepare": "data", "validate": "data", "evidence": "data", "evidence-refresh": "data", "model": "data",
-          "judge": "train", "audit": "train", "train": "train", "select": "train", "evaluate": "eval", "check": "eval"}
+          "judge": "train", "audit": "train", "train": "train", "select": "train", "evaluate": "eval", "check": "eval",
+          "study": "eval"}
 PIPELINE_ENV = "BIOCHECK_PIPELINE_ID"  # set by the Prefect pipeline flow; else the ancestor `dvc` process
+PARENT_NAME_ENV = "BIOCHECK_PIPELINE_NAME"  # the parent run's name (a study: `study <name>`)
+RUN_TAGS_ENV = "BIOCHECK_RUN_TAGS"  # JSON tags every run carries (a study unit: study, variant, seed)
 PROBE_TIMEOUT_S = 5  # one short look at an HTTP tracking server before any MLflow call
 # MLflow's own HTTP retries would take minutes against a server that is down mid-run (a user's setting wins).
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
@@ -363,21 +366,39 @@ def pipeline_id() -> str | None:
 
 
 @contextlib.contextmanager
-def in_pipeline(value: str | None) -> Iterator[None]:
-    """$BIOCHECK_PIPELINE_ID = `value` for the DVC stages started inside (their environment is this process's);
-    None leaves the environment as it is. The Prefect flows use it: one flow run = one pipeline in MLflow."""
+def in_pipeline(value: str | None, name: str | None = None, tags: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """$BIOCHECK_PIPELINE_ID = `value` for the runs started inside and the DVC stages started inside (their
+    environment is this process's); None leaves the environment as it is. The Prefect flows use it: one flow
+    run = one pipeline in MLflow. `name`: the parent run's name when this creates it (default `pipeline <date>`;
+    a study: `study <name>`); `tags`: added to every run inside (a study unit's variant and seed)."""
     if not value:
         yield
         return
-    old = os.environ.get(PIPELINE_ENV)
-    os.environ[PIPELINE_ENV] = value
+    values = {PIPELINE_ENV: value, PARENT_NAME_ENV: name,
+              RUN_TAGS_ENV: json.dumps({k: str(v) for k, v in tags.items()}) if tags else None}
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop(PIPELINE_ENV, None)
-        else:
-            os.environ[PIPELINE_ENV] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _env_tags() -> dict[str, str]:
+    """The tags `in_pipeline` asked every run to carry ($BIOCHECK_RUN_TAGS; unreadable: none)."""
+    try:
+        given = json.loads(os.environ.get(RUN_TAGS_ENV) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else {}
 
 
 def _dvc_ancestor() -> str | None:
@@ -455,7 +476,7 @@ def common_tags(stage: str) -> dict[str, str]:
             **git_state(repo_root())}
     if _context.profile:
         tags["profile"] = str(_context.profile)
-    return tags
+    return {**tags, **_env_tags()}
 
 
 # --- runs --------------------------------------------------------------------------------------------
@@ -560,8 +581,9 @@ def _pipeline_parent(exp_id: str, pid: str, tags: Mapping[str, str]) -> str:
         other = [e.experiment_id for name in _context.config.experiments.values()
                  if (e := client.get_experiment_by_name(name)) is not None and e.experiment_id != exp_id]
         earlier = parents(other) if other else []  # the same pipeline's parent elsewhere: the same name
-        name = earlier[0].info.run_name if earlier else f"pipeline {datetime.datetime.now():%Y-%m-%d %H:%M}"
-        keep = ("profile", "git_commit", "git_dirty")
+        name = (earlier[0].info.run_name if earlier else os.environ.get(PARENT_NAME_ENV)
+                or f"pipeline {datetime.datetime.now():%Y-%m-%d %H:%M}")
+        keep = ("profile", "git_commit", "git_dirty", "study")
         mine = client.create_run(exp_id, run_name=name, tags={
             **{k: redact(tags[k]) for k in keep if k in tags}, "pipeline_id": pid, "kind": "pipeline"})
         found = parents([exp_id])

@@ -31,6 +31,9 @@ class EvaluateConfig:
     bootstrap: Count = 1000  # resamples for the 95% intervals and the paired bootstrap
     seed: int = 0
     limit: Count | None = None  # first N claims per dataset (ad-hoc runs; null = all)
+    # the claims of the whole split (data/prepared/full/<dataset>.jsonl, data.keep_labels applied, in id order)
+    # instead of its data.subset; a study sets it to evaluate on more claims than the profile's subset
+    full_split: bool = False
     out_dir: Path = Path("eval")  # predictions/<system>/<dataset>.jsonl, traces/, cache/
     report_dir: Path = Path("reports/eval")  # the static gallery (index.html)
     # DVC `metrics:`: one small file of headline numbers per dataset and system (headline.headline_row), so

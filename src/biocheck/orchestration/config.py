@@ -20,15 +20,22 @@ class OrchestrateConfig:
     # The command that runs `biocheck train` in dvc.yaml's train stage: `biocheck` in one process, or a
     # launcher that takes a module, e.g. `accelerate launch --config_file configs/accelerate/multi_gpu.yaml -m biocheck`
     train_launcher: str = "biocheck"
+    # The study's units (flows/study.py): training units as this deployment's flow runs (e.g.
+    # "biocheck-study-unit/study-unit-gpu" on the gpu pool), evaluation units as that one (the cpu pool); None: here
+    study_train_deployment: str | None = None
+    study_eval_deployment: str | None = None
 
     def __post_init__(self) -> None:
         if self.dask_workers < 1:
             raise ValueError(f"dask_workers: {self.dask_workers} must be >= 1")
         if self.shards < 1:
             raise ValueError(f"shards: {self.shards} must be >= 1")
-        if self.train_deployment is not None and "/" not in self.train_deployment:
-            raise ValueError(f"train_deployment: {self.train_deployment!r} is not FLOW/DEPLOYMENT "
-                             "(e.g. biocheck-train/train-gpu)")
+        for key, example in (("train_deployment", "biocheck-train/train-gpu"),
+                             ("study_train_deployment", "biocheck-study-unit/study-unit-gpu"),
+                             ("study_eval_deployment", "biocheck-study-unit/study-unit-cpu")):
+            value = getattr(self, key)
+            if value is not None and "/" not in value:
+                raise ValueError(f"{key}: {value!r} is not FLOW/DEPLOYMENT (e.g. {example})")
 
         if not self.train_launcher.strip().endswith("biocheck"):
             raise ValueError(f"train_launcher: {self.train_launcher!r} must end with `biocheck` (the command, or "

@@ -86,12 +86,13 @@ def params_file(root: Path | str = ".", params: Path | str = PARAMS_FILE) -> Pat
 
 
 def repro(stage: str, root: Path | str = ".", logger: logging.Logger | logging.LoggerAdapter | None = None,
-          force: bool = False) -> StageRun:
+          force: bool = False, single_item: bool = True) -> StageRun:
     """`dvc repro --single-item STAGE`: run one stage if DVC finds it (or its deps) changed, else skip it.
 
     Its upstream stages are not run (the caller runs them, in order): a missing input is the stage's error.
+    `single_item` False: DVC runs the changed stages upstream of it first.
     """
-    args = ["repro", "--single-item", stage, *(["--force"] if force else [])]
+    args = ["repro", *(["--single-item"] if single_item else []), stage, *(["--force"] if force else [])]
     path, start = project(root), time.monotonic()
     rc, lines = _stream(path, args, logger or log)
     if rc != 0:

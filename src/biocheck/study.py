@@ -1,0 +1,387 @@
+"""`biocheck study`: EG-GRPO against outcome-only GRPO and the start they share, over seeds x claims.
+
+A study is the `study:` section of params.yaml expanded by DVC (study/dvc.yaml) into units, each an ordinary
+stage run: `train@<variant>-<seed>` trains one reward variant with one seed from the shared start (the SFT
+warm start, or the base model when the profile has none) for `study.steps` GRPO steps; `evaluate@...` selects
+that run's best checkpoint by validation reward (as `biocheck select` does) and evaluates it as the BioCheck
+agent on the study's held-out claims; `evaluate_start` evaluates the start on the same claims; `analyze`
+turns every unit's predictions into one answer (evaluate/study.py) with its uncertainty.
+
+Why DVC `matrix` stages, not `dvc exp run --queue`: every unit is then a stage of the one workspace, with its
+own dvc.lock entry, so `dvc repro` skips a finished unit (a killed study restarts with the finished units
+kept, and a `persist` checkpoint folder resumes the unit that was cut off), a new seed adds units without
+rerunning the others, and the shared start is an ordinary dependency trained once. Queued experiments would
+each copy the workspace and keep their results in experiment refs, apart from the pipeline's outputs.
+
+This module sits above `pipeline`: a unit runs the pipeline's own training and evaluation functions.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from biocheck import tracking
+from biocheck.bounds import Count
+from biocheck.io import InputError, write_json_atomic
+from biocheck.params import raw_section, section
+
+log = logging.getLogger(__name__)
+
+STUDY_DVC = "study/dvc.yaml"  # its stages: train@<variant>-<seed>, evaluate@<variant>-<seed>, evaluate_start, analyze
+START = "start"  # the unit that evaluates the shared start
+SYSTEM = "eg_grpo"  # every unit's model runs as the BioCheck agent (the evaluation's eg_grpo system)
+
+
+@dataclass
+class StudyConfig:
+    """`study:` in params.yaml. Seeds and variants are DVC's matrix (study/dvc.yaml reads them), the rest the
+    units' and the analysis's settings."""
+
+    name: str = "study"  # the MLflow parent run `study <name>`
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    variants: list[str] = field(default_factory=lambda: ["eg_grpo", "outcome_only"])
+    steps: Count | None = None  # GRPO steps per unit (null: train.max_steps)
+    eval_steps: Count | None = None  # a unit's checkpoint + validation every N steps (null: train.save/eval_steps)
+    datasets: list[str] = field(default_factory=lambda: ["scifact"])  # held-out claims (evaluate's dataset names)
+    limit: Count | None = None  # the first N claims of each dataset (null: all)
+    full_split: bool = False  # claims from the whole test split (data/prepared/full), not the profile's data.subset
+    metrics: list[str] = field(default_factory=lambda: ["accuracy", "ehr", "eqs", "citing_rate"])
+    reference: str = "eg_grpo"  # the variant every difference starts from
+    resamples: Count = 2000  # two-level bootstrap resamples
+
+    def __post_init__(self) -> None:
+        from biocheck.evaluate.config import DATASETS, SELECTION
+        from biocheck.evaluate.ratios import RATIO_METRICS
+        from biocheck.rewards.components import VARIANTS
+
+        held_out = tuple(d for d in DATASETS if d not in SELECTION)  # the validation claims chose the checkpoints
+        self.name = str(self.name).strip()
+        if not self.name:
+            raise ValueError("name must not be empty (it names the MLflow parent run `study <name>`)")
+        for key, values, known in (("seeds", self.seeds, None), ("variants", self.variants, VARIANTS),
+                                   ("datasets", self.datasets, held_out), ("metrics", self.metrics, RATIO_METRICS)):
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"{key} must be a non-empty list")
+            if len(set(map(str, values))) != len(values):
+                raise ValueError(f"{key} lists a value twice: {values}")
+            bad = [v for v in values if (known is None and (isinstance(v, bool) or not isinstance(v, int) or v < 0))
+                   or (known is not None and v not in known)]
+            if bad:
+                choose = "whole numbers >= 0" if known is None else ", ".join(known)
+                raise ValueError(f"{key}: {', '.join(map(str, bad))} not allowed; choose from {choose}")
+        if self.reference not in self.variants:
+            raise ValueError(f"reference {self.reference!r} is not among variants {self.variants}")
+
+    # Where a study writes: fixed, as study/dvc.yaml names them (DVC parses that file on every `dvc repro`, so
+    # it cannot name a key a profile might leave out; tests/test_study.py checks the two agree).
+    out_dir: ClassVar[Path] = Path("study/checkpoints")  # <variant>-s<seed>/: each unit's checkpoints
+    eval_dir: ClassVar[Path] = Path("study/eval")  # <unit>/: each unit's episodes, predictions, metrics, selection
+    metrics_path: ClassVar[Path] = Path("metrics/study.json")  # the differences (numbers: `dvc metrics show`)
+    report_path: ClassVar[Path] = Path("reports/study.json")  # everything: units, values, differences, sentences
+    plots_dir: ClassVar[Path] = Path("metrics/study_plots")  # forest.csv, drawn by study/dvc.yaml's `plots:`
+    page_dir: ClassVar[Path] = Path("reports/study")  # index.html, the study's page in the gallery's style
+
+
+def study_config(params: dict[str, Any], **overrides: Any) -> StudyConfig:
+    return section(params, "study", StudyConfig, **overrides)
+
+
+def unit_name(variant: str, seed: int) -> str:
+    return f"{variant}-s{seed}"
+
+
+def units(cfg: StudyConfig) -> list[tuple[str, int]]:
+    """(variant, seed) of every training unit, in study/dvc.yaml's matrix order (variants, then seeds)."""
+    return [(v, s) for v in cfg.variants for s in cfg.seeds]
+
+
+def stages(cfg: StudyConfig) -> list[str]:
+    """study/dvc.yaml's stages in the order a local run takes them: train all, evaluate all, analyze."""
+    return ([f"{STUDY_DVC}:train@{v}-{s}" for v, s in units(cfg)] + [f"{STUDY_DVC}:evaluate_start"]
+            + [f"{STUDY_DVC}:evaluate@{v}-{s}" for v, s in units(cfg)] + [f"{STUDY_DVC}:analyze"])
+
+
+def start_dir(params: dict[str, Any]) -> Path:
+    """The shared start: the SFT warm start (train.sft.out_dir) when the profile trains one, else models/base."""
+    from biocheck.wiring import model_config, sft_dir
+
+    sft = raw_section(params, "train").get("sft") or {}
+    return sft_dir(params) if sft.get("enabled", True) else Path(model_config(params).out_dir)
+
+
+def unit_params(params: dict[str, Any], variant: str) -> dict[str, Any]:
+    """The params a unit trains with: GRPO of `variant` from the shared start, no SFT of its own (a unit's seed
+    must not train another warm start: every seed and variant starts from the same weights)."""
+    p = copy.deepcopy(params)
+    start = start_dir(params)
+    p.setdefault("model", {})["out_dir"] = str(start)
+    p.setdefault("train", {})["sft"] = {**(p["train"].get("sft") or {}), "enabled": False}
+    p["train"]["metrics_path"] = None  # the pipeline's metrics/train.json is not a unit's (an override of None is no override)
+    p.setdefault("reward", {})["variant"] = variant
+    return p
+
+
+def unit_overrides(cfg: StudyConfig, variant: str, seed: int) -> dict[str, Any]:
+    """train_stage's overrides for one unit: its seed, steps and folder."""
+    # no validation at step 0: the start is one model for every unit (evaluated on the held-out claims once)
+    out = {"seed": seed, "out_dir": str(cfg.out_dir / unit_name(variant, seed)), "eval_on_start": False}
+    if cfg.eval_steps:  # every checkpoint with its validation reward: the unit's selection needs both
+        out.update(save_steps=cfg.eval_steps, eval_steps=cfg.eval_steps)
+    return {**out, "max_steps": cfg.steps} if cfg.steps else out
+
+
+@dataclass
+class Unit:
+    """One evaluated unit: what it is and where its predictions are."""
+
+    name: str
+    variant: str | None  # None: the start
+    seed: int | None
+    eval_dir: Path
+
+
+def eval_units(cfg: StudyConfig) -> list[Unit]:
+    out = [Unit(START, None, None, cfg.eval_dir / START)]
+    return out + [Unit(unit_name(v, s), v, s, cfg.eval_dir / unit_name(v, s)) for v, s in units(cfg)]
+
+
+def _tagged(cfg: StudyConfig, unit: str, variant: str | None = None, seed: int | None = None):
+    """Every MLflow run a unit starts nests under `study <name>` and carries study, unit, variant and seed."""
+    tags = {"study": cfg.name, "study_unit": unit, "variant": variant, "seed": seed}
+    return tracking.in_pipeline(f"study-{cfg.name}", name=f"study {cfg.name}",
+                                tags={k: v for k, v in tags.items() if v is not None})
+
+
+def _check_unit(cfg: StudyConfig, variant: str, seed: int) -> None:
+    if variant not in cfg.variants or seed not in cfg.seeds:
+        raise InputError(f"--variant {variant} --seed {seed}: not a unit of this study (study.variants "
+                         f"{cfg.variants}, study.seeds {cfg.seeds}); add it to params.yaml `study:`")
+
+
+# --- the units (study/dvc.yaml runs them through `biocheck study ...`) ------------------------------------
+
+def train_unit(params: dict[str, Any], variant: str, seed: int, progress: bool = True) -> dict[str, Any]:
+    """`biocheck study train`: GRPO of one (variant, seed) from the shared start into study.out_dir/<unit>
+    (rerun: it resumes from its last checkpoint, as `biocheck train` does)."""
+    from biocheck.pipeline import train_stage
+
+    cfg = study_config(params)
+    _check_unit(cfg, variant, seed)
+    start = start_dir(params)
+    if not (start / "config.json").is_file():
+        raise InputError(f"{start}: no start model for the study; run `dvc repro sft` (or `dvc repro model` when "
+                         "train.sft.enabled is false) first")
+    with _tagged(cfg, unit_name(variant, seed), variant, seed):
+        return train_stage(unit_params(params, variant), progress=progress, **unit_overrides(cfg, variant, seed))
+
+
+def selected_checkpoint(checkpoints: Path) -> dict[str, Any]:
+    """The unit's checkpoint with the best validation reward (ties: the earlier step), as `biocheck select`."""
+    from biocheck.train.select import checkpoint_table, choose
+
+    rows, history = checkpoint_table(checkpoints)
+    best = choose(rows)
+    start = next((h["eval_reward"] for h in history if h.get("step") == 0 and "eval_reward" in h), None)
+    return {"checkpoint": str(best["checkpoint"]), "step": best["step"], "eval_reward": best["eval_reward"],
+            "start_eval_reward": start}
+
+
+def evaluate_unit(params: dict[str, Any], variant: str | None = None, seed: int | None = None,
+                  progress: bool = True) -> dict[str, Any]:
+    """`biocheck study evaluate`: the unit's selected checkpoint (no variant: the start) as the BioCheck agent on
+    the study's claims, into study.eval_dir/<unit>; its selection in selection.json there."""
+    from biocheck.pipeline import evaluate_stage
+
+    cfg = study_config(params)
+    if variant is None:
+        name, model, selection = START, start_dir(params), {"checkpoint": str(start_dir(params)), "step": 0}
+    else:
+        _check_unit(cfg, variant, seed)
+        name = unit_name(variant, seed)
+        selection = selected_checkpoint(cfg.out_dir / name)
+        model = Path(selection["checkpoint"])
+    if not (model / "config.json").is_file():
+        raise InputError(f"{model}: no model to evaluate for study unit {name}")
+    out = cfg.eval_dir / name
+    # in the params, not as overrides: an override of None (study.limit null: every claim) is no override
+    p = copy.deepcopy(params)
+    p["evaluate"] = {**(p.get("evaluate") or {}), "systems": [SYSTEM], "datasets": list(cfg.datasets),
+                     "limit": cfg.limit, "full_split": cfg.full_split}
+    with _tagged(cfg, name, variant, seed):
+        result = evaluate_stage(p, progress=progress, out=out, model=model_spec(params, model))
+    write_json_atomic(out / "selection.json", {"unit": name, "variant": variant, "seed": seed, **selection})
+    return {"unit": name, "selection": selection, "metrics": result["metrics"][SYSTEM]}
+
+
+def _predictions(unit: Unit, dataset: str) -> list[Any]:
+    from biocheck.evaluate.harness import predictions_path
+    from biocheck.evaluate.systems.base import Prediction
+
+    path = predictions_path(unit.eval_dir, SYSTEM, dataset)
+    if not path.is_file():
+        how = "evaluate_start" if unit.variant is None else f"evaluate@{unit.variant}-{unit.seed}"
+        raise InputError(f"{path}: study unit {unit.name} has no predictions on {dataset}; run "
+                         f"`dvc repro {STUDY_DVC}:{how}` (or `biocheck study run`) first")
+    return [Prediction.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
+    """`biocheck study analyze`: every metric's difference, reference variant minus each other variant and minus
+    the start, per dataset, from the units' predictions; written to the metrics, report, plot and page."""
+    from biocheck.evaluate.study import analyze
+    from biocheck.evaluate.study_page import forest_rows, write_page
+
+    cfg = study_config(params)
+    found = eval_units(cfg)
+    others = [v for v in cfg.variants if v != cfg.reference] + [START]
+    datasets = {}
+    for d in cfg.datasets:
+        systems = {START: [_predictions(found[0], d)]}
+        for v in cfg.variants:
+            systems[v] = [_predictions(u, d) for u in found if u.variant == v]
+        datasets[d] = analyze(systems, cfg.metrics, cfg.reference, others, n_resamples=cfg.resamples)
+    selections = {u.name: _selection(u) for u in found}
+    report = {"study": cfg.name, "profile": params.get("profile"), "reference": cfg.reference,
+              "size": {"seeds": len(cfg.seeds), "variants": list(cfg.variants), "steps": cfg.steps,
+                       "claims": {d: next(iter(r["metrics"].values()))["differences"].get(START, {}).get("claims")
+                                  for d, r in datasets.items()}},
+              "units": selections, "datasets": datasets}
+    numbers = {d: {m: {"values": e["values"],
+                       "differences": {o: {k: x[k] for k in ("diff", "lo", "hi", "p", "mdd")}
+                                       for o, x in e["differences"].items()}}
+                   for m, e in r["metrics"].items()} for d, r in datasets.items()}
+    write_json_atomic(cfg.report_path, report)
+    write_json_atomic(cfg.metrics_path, {"study": cfg.name, "seeds": len(cfg.seeds), **numbers})
+    rows = forest_rows(report)
+    cfg.plots_dir.mkdir(parents=True, exist_ok=True)
+    _write_csv(cfg.plots_dir / "forest.csv", rows)
+    page = write_page(cfg.page_dir, report, rows)
+    _log(cfg, params, numbers)
+    return {"report": str(cfg.report_path), "page": str(page), "datasets": datasets}
+
+
+def _selection(unit: Unit) -> dict[str, Any] | None:
+    path = unit.eval_dir / "selection.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    import csv
+    import io
+
+    from biocheck.io import write_text_atomic
+
+    buf = io.StringIO()
+    fields = ["comparison", "dataset", "metric", "diff", "lo", "hi", "p", "mdd"]
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    write_text_atomic(path, buf.getvalue())
+
+
+def _log(cfg: StudyConfig, params: dict[str, Any], numbers: dict[str, Any]) -> None:
+    """The analysis as one run `study` nested under `study <name>`: each difference a metric."""
+    from biocheck.wiring import tracked
+
+    flat = {}
+    for d, per in numbers.items():
+        for m, e in per.items():
+            for other, x in e["differences"].items():
+                for k in ("diff", "lo", "hi", "p", "mdd"):
+                    if x.get(k) is not None:
+                        flat[f"{d}.{m}.{cfg.reference}_minus_{other}.{k}"] = x[k]
+    with tracked(params), _tagged(cfg, "analyze"), tracking.run(
+            "study", run_name=f"analysis {cfg.name}", params={"study": _plain(cfg)}, tags={"kind": "study"}):
+        tracking.log_metrics(flat)
+        tracking.log_artifacts(cfg.report_path)
+        tracking.log_artifacts(cfg.page_dir)
+
+
+def _plain(cfg: StudyConfig) -> dict[str, Any]:
+    from biocheck.params import plain
+
+    return plain(cfg)
+
+
+# --- what each study stage reads (study/dvc.yaml lists exactly that; tests/test_dvc_params.py checks it) ---
+
+EVAL_OWN = ("systems", "datasets", "limit", "full_split", "out_dir", "report_dir", "headline_dir", "metrics_path", "paired_path",
+            "plots_dir", "baseline_model", "cer", "fire")  # set by the study, or read only by the baselines
+
+
+def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
+    """What study/dvc.yaml's stage `stage` (`train@eg_grpo-0`, `evaluate@...`, `evaluate_start`, `analyze`)
+    reads from params, as plain data."""
+    from biocheck.evaluate.config import DATASETS
+    from biocheck.llm.spec import split_spec
+    from biocheck.params import plain
+    from biocheck.pipeline import eval_corpus, evaluate_config, train_setup
+    from biocheck.train.stage import training_inputs
+    from biocheck.wiring import agent_config, params_of, prepare_config, prepared_dir, reward_config, search_config
+
+    p = params_of(params)
+    cfg = study_config(p)
+    name, _, key = stage.partition("@")
+    variant, _, seed = key.rpartition("-")
+    if name == "train":
+        c = train_setup(unit_params(p, variant), **unit_overrides(cfg, variant, int(seed)))
+        return {**training_inputs(c), "start": str(start_dir(p))}
+    if name in ("evaluate", "evaluate_start"):
+        ev = {k: v for k, v in plain(evaluate_config(p)).items() if k not in EVAL_OWN}
+        reward_cfg, judge_cfg = reward_config(p)
+        agent = plain(agent_config(p))
+        agent["llm"] = split_spec(agent["llm"])[0]  # of agent.llm only its kind: the unit names its model
+        judge = raw_section(p, "judge")
+        unit = START if name == "evaluate_start" else unit_name(variant, int(seed))
+        keep = prepare_config(p).keep_labels  # the whole split's claims keep the profile's labels
+        labels = {d: keep.get(DATASETS[d].split("/")[1]) for d in cfg.datasets} if cfg.full_split else None
+        return {"evaluate": ev, "agent": agent, "search": plain(search_config(p)), "reward": plain(reward_cfg),
+                "judge": plain(judge_cfg), "judge_dirs": [judge.get("out_dir"), (judge.get("eqs") or {}).get("out_dir")],
+                "corpus": eval_corpus(p), "prepared": str(prepared_dir(p)), "datasets": cfg.datasets,
+                "limit": cfg.limit, "full_split": cfg.full_split, "labels": labels, "out": str(cfg.eval_dir / unit),
+                "model": str(start_dir(p) if unit == START else cfg.out_dir / unit)}
+    if name == "analyze":
+        return {"study": {k: v for k, v in plain(cfg).items() if k not in ("limit", "eval_steps", "full_split")}}
+    raise InputError(f"{stage}: not a stage of {STUDY_DVC}")
+
+
+def model_spec(params: dict[str, Any], folder: Path) -> str:
+    """The spec a unit's model folder runs as: agent.llm's kind when it loads folders itself, else in-process."""
+    from biocheck.llm.spec import split_spec
+    from biocheck.wiring import agent_config
+
+    kind = split_spec(agent_config(params).llm)[0]
+    return f"{kind if kind in ('transformers', 'vllm') else 'transformers'}:{folder}"
+
+
+# --- a local run: every stage in sequence through DVC ------------------------------------------------------
+
+def run_local(root: Path | str = ".", upstream: bool = True, report: Any = None) -> list[dict[str, Any]]:
+    """`biocheck study run`: `dvc repro` each study stage in order (a finished unit is skipped by DVC: a killed
+    study restarts where it stopped). `upstream`: let DVC bring what a unit needs up to date first (data,
+    index, judges, the start); False: `--single-item`, the inputs are there already. `report(i, n, run)`:
+    called after each stage."""
+    from dataclasses import asdict
+
+    from biocheck.orchestration import dvc
+    from biocheck.wiring import params_of
+
+    path = dvc.params_file(root)
+    todo = stages(study_config(params_of(path)))
+    done = []
+    for i, stage in enumerate(todo, 1):
+        ran = asdict(dvc.repro(stage, path.parent, single_item=not upstream))
+        done.append(ran)
+        if report is not None:
+            report(i, len(todo), ran)
+    return done
+
+
+__all__ = ["START", "STUDY_DVC", "StudyConfig", "Unit", "analyze_units", "eval_units", "evaluate_unit",
+           "selected_checkpoint", "stages", "start_dir", "study_config", "train_unit", "unit_name", "unit_overrides",
+           "unit_params", "units", "run_local", "stage_inputs", "model_spec"]
