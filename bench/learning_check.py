@@ -1,5 +1,9 @@
 """Learning check: does EG-GRPO learn, and does it move evidence the way the paper says (EHR down, EQS up)?
 
+For the comparison itself (each variant over several seeds from one shared start, one answer per metric with a
+two-level bootstrap over seeds and claims, resumable as DVC stages) use `biocheck study run` (docs/evaluation.md,
+"Running a study"); this script is the exploratory check (KL coefficients, per-run curves, paired tests per seed).
+
 Training: for each reward variant x KL coefficient (beta) x seed, `train_stage` (the pipeline's own training:
 SFT warm start when the profile has one, then GRPO) into RUNS/<variant>-b<beta>-s<seed> (a rerun resumes,
 a finished run is reused), and the best checkpoint by validation reward is chosen as `biocheck select`

@@ -12,6 +12,8 @@ flow then records the unit in study/dvc.lock (`dvc commit`), one DVC command at 
 project at once (DVC's lock), a unit's work can. The analysis runs here at the end (`dvc repro ...:analyze`).
 A unit DVC already finds up to date is not sent anywhere.
 
+Each unit runs as `dvc repro --single-item`: what the units read (data, index, judges, the shared start) must be
+up to date first (the pipeline flow, or `biocheck study run`, which lets DVC bring it up to date).
 `python flows/study.py [params.yaml]` runs it without a Prefect server (a temporary local one).
 """
 
@@ -59,7 +61,8 @@ def _status(root: str, stage: str) -> dict[str, Any]:
 def unit_task(stage: str, root: str, deployment: str | None) -> dict[str, Any]:
     """One unit: its DVC stage here, or (deployment) its work there, then recorded in study/dvc.lock here."""
     if deployment is None or not _status(root, stage):
-        return run_stage(stage, root)  # up to date: DVC skips it
+        with _DVC:  # here: up to date (DVC skips it), or a kind no deployment takes
+            return run_stage(stage, root)
     try:
         run = run_deployment(name=deployment, parameters={"stage": stage, "root": root}, timeout=None)
     except ObjectNotFound:
@@ -115,7 +118,7 @@ def study_unit_flow(stage: str, root: str = ".") -> dict[str, Any]:
         try:
             if kind == "train":
                 stats = train_unit(p, variant, seed, progress=False)
-                return {"stage": stage, "steps": stats.get("global_step")}
+                return {"stage": stage, "steps": stats.get("steps")}
             if kind in ("evaluate", "evaluate_start"):
                 return {"stage": stage, "unit": evaluate_unit(p, variant, seed, progress=False)["unit"]}
         finally:

@@ -88,6 +88,8 @@ def test_the_runner_takes_exactly_the_stages_dvc_expands(tmp_path):
     ({"metrics": ["macro_f1"]}, "metrics: macro_f1 not allowed"),  # not a ratio of sums over claims
     ({"reference": "outcome_only", "variants": ["eg_grpo"]}, "reference 'outcome_only' is not among variants"),
     ({"steps": 0}, "steps"),
+    ({"steps": 4, "eval_steps": 3}, "eval_steps 3 must divide steps 4"),  # the last step would have no checkpoint
+    ({"name": "it's"}, "letters, digits"),  # it goes into MLflow filter strings
     ({"nope": 1}, "unknown key(s) study.nope"),
 ])
 def test_a_bad_study_section_is_one_clear_error(change, message):
@@ -234,6 +236,16 @@ def test_units_nest_under_one_study_parent_tagged_with_variant_and_seed(tmp_path
     units = sorted((r.data.tags["variant"], r.data.tags["seed"], r.data.tags["mlflow.parentRunId"])
                    for r in runs if r is not parent and r.info.run_id != parent.info.run_id)
     assert units == sorted((v, str(s), parent.info.run_id) for v, s in study.units(cfg))
+
+
+def test_units_that_answered_other_claims_are_not_paired_by_position(analyzed):
+    params, _ = analyzed
+    path = study.StudyConfig.eval_dir / "start" / "predictions" / "eg_grpo" / "scifact.jsonl"
+    preds = [Prediction.model_validate_json(line) for line in path.read_text().splitlines()]
+    preds[0] = preds[0].model_copy(update={"id": "99"})  # as many claims, one of them another
+    path.write_text("".join(p.model_dump_json() + "\n" for p in preds))
+    with pytest.raises(InputError, match="start scored other claims than eg_grpo"):
+        study.analyze_units(params)
 
 
 def test_a_missing_unit_names_the_stage_that_makes_it(analyzed):

@@ -868,7 +868,7 @@ def study_run(
 
     _run(run_local, ".", upstream=upstream, report=said,
          on_interrupt="interrupted; finished units are kept (dvc.lock); rerun `biocheck study run` to go on.")
-    err.print("study written: metrics/study.json, reports/study/index.html (study.* paths in params.yaml)",
+    err.print("study written: metrics/study.json, reports/study.json, reports/study/index.html",
               markup=False, highlight=False)
 
 
@@ -881,7 +881,7 @@ def study_train(
 ) -> None:
     """One training unit: GRPO of VARIANT with SEED from the shared start (DVC stage train@VARIANT-SEED).
 
-    Writes the checkpoints to study.out_dir/<variant>-s<seed>; a rerun resumes from the last one.
+    Writes the checkpoints to study/checkpoints/<variant>-s<seed>; a rerun resumes from the last one.
     """
     from biocheck.study import train_unit
     from biocheck.wiring import params_of
@@ -902,7 +902,7 @@ def study_evaluate(
     """One evaluation unit: the unit's best checkpoint (or the start) on the study's held-out claims.
 
     Selects the checkpoint with the best validation reward (as `biocheck select`), runs it as the BioCheck agent
-    on study.datasets (first study.limit claims) and writes study.eval_dir/<unit> (episodes cached: a rerun
+    on study.datasets (first study.limit claims) and writes study/eval/<unit> (episodes cached: a rerun
     computes only what is missing).
     """
     from biocheck.study import evaluate_unit

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -45,8 +46,9 @@ class StudyConfig:
     name: str = "study"  # the MLflow parent run `study <name>`
     seeds: list[int] = field(default_factory=lambda: [0, 1])
     variants: list[str] = field(default_factory=lambda: ["eg_grpo", "outcome_only"])
-    steps: Count | None = None  # GRPO steps per unit (null: train.max_steps)
-    eval_steps: Count | None = None  # a unit's checkpoint + validation every N steps (null: train.save/eval_steps)
+    steps: Count = 12  # GRPO steps per unit
+    eval_steps: Count | None = None  # a unit's checkpoint + validation reward every N steps (a divisor of steps;
+    # null: only at the end, so the last checkpoint is the unit's)
     datasets: list[str] = field(default_factory=lambda: ["scifact"])  # held-out claims (evaluate's dataset names)
     limit: Count | None = None  # the first N claims of each dataset (null: all)
     full_split: bool = False  # claims from the whole test split (data/prepared/full), not the profile's data.subset
@@ -74,6 +76,12 @@ class StudyConfig:
             if bad:
                 choose = "whole numbers >= 0" if known is None else ", ".join(known)
                 raise ValueError(f"{key}: {', '.join(map(str, bad))} not allowed; choose from {choose}")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.name):
+            raise ValueError(f"name {self.name!r}: letters, digits, '_', '.' and '-' only (it names MLflow runs)")
+        self.eval_steps = self.eval_steps or self.steps
+        if self.eval_steps > self.steps or self.steps % self.eval_steps:
+            raise ValueError(f"eval_steps {self.eval_steps} must divide steps {self.steps}: each unit selects among "
+                             "its checkpoints, and the last step must be one")
         if self.reference not in self.variants:
             raise ValueError(f"reference {self.reference!r} is not among variants {self.variants}")
 
@@ -129,10 +137,9 @@ def unit_params(params: dict[str, Any], variant: str) -> dict[str, Any]:
 def unit_overrides(cfg: StudyConfig, variant: str, seed: int) -> dict[str, Any]:
     """train_stage's overrides for one unit: its seed, steps and folder."""
     # no validation at step 0: the start is one model for every unit (evaluated on the held-out claims once)
-    out = {"seed": seed, "out_dir": str(cfg.out_dir / unit_name(variant, seed)), "eval_on_start": False}
-    if cfg.eval_steps:  # every checkpoint with its validation reward: the unit's selection needs both
-        out.update(save_steps=cfg.eval_steps, eval_steps=cfg.eval_steps)
-    return {**out, "max_steps": cfg.steps} if cfg.steps else out
+    # every checkpoint with its validation reward: the unit's selection needs both
+    return {"seed": seed, "out_dir": str(cfg.out_dir / unit_name(variant, seed)), "eval_on_start": False,
+            "max_steps": cfg.steps, "save_steps": cfg.eval_steps, "eval_steps": cfg.eval_steps}
 
 
 @dataclass
@@ -184,8 +191,12 @@ def selected_checkpoint(checkpoints: Path) -> dict[str, Any]:
     """The unit's checkpoint with the best validation reward (ties: the earlier step), as `biocheck select`."""
     from biocheck.train.select import checkpoint_table, choose
 
-    rows, history = checkpoint_table(checkpoints)
-    best = choose(rows)
+    try:
+        rows, history = checkpoint_table(checkpoints)
+        best = choose(rows)
+    except InputError as e:
+        raise InputError(f"{e} (a study unit: run `dvc repro {STUDY_DVC}:train@<variant>-<seed>` or "
+                         "`biocheck study run`)") from None
     start = next((h["eval_reward"] for h in history if h.get("step") == 0 and "eval_reward" in h), None)
     return {"checkpoint": str(best["checkpoint"]), "step": best["step"], "eval_reward": best["eval_reward"],
             "start_eval_reward": start}
@@ -244,7 +255,10 @@ def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
         systems = {START: [_predictions(found[0], d)]}
         for v in cfg.variants:
             systems[v] = [_predictions(u, d) for u in found if u.variant == v]
-        datasets[d] = analyze(systems, cfg.metrics, cfg.reference, others, n_resamples=cfg.resamples)
+        try:
+            datasets[d] = analyze(systems, cfg.metrics, cfg.reference, others, n_resamples=cfg.resamples)
+        except ValueError as e:  # units evaluated on other claims (a stale unit): rerun them
+            raise InputError(f"{cfg.eval_dir}, {d}: {e}; rerun the stale units (`biocheck study run`)") from None
     selections = {u.name: _selection(u) for u in found}
     report = {"study": cfg.name, "profile": params.get("profile"), "reference": cfg.reference,
               "size": {"seeds": len(cfg.seeds), "variants": list(cfg.variants), "steps": cfg.steps,

@@ -31,7 +31,7 @@ class EvaluateConfig:
     bootstrap: Count = 1000  # resamples for the 95% intervals and the paired bootstrap
     seed: int = 0
     limit: Count | None = None  # first N claims per dataset (ad-hoc runs; null = all)
-    # the claims of the whole split (data/prepared/full/<dataset>.jsonl, data.keep_labels applied, in id order)
+    # the claims of the whole split (data/prepared/full/<dataset>.jsonl, data.keep_labels applied, the release's order)
     # instead of its data.subset; a study sets it to evaluate on more claims than the profile's subset
     full_split: bool = False
     out_dir: Path = Path("eval")  # predictions/<system>/<dataset>.jsonl, traces/, cache/

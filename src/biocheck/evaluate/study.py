@@ -161,6 +161,11 @@ def analyze(systems: Mapping[str, Sequence[Sequence[Prediction]]], metrics: Sequ
     the differences with their two-level bootstrap, for accuracy the pooled sign test, and a sentence each.
     `systems`: name -> its runs' predictions (one run per seed; the start: one run)."""
     out: dict[str, Any] = {"reference": reference, "metrics": {}}
+    ids = {name: sorted(p.id for p in runs[0]) for name, runs in systems.items()}
+    for name, got in ids.items():  # paired by claim id: the same claims, not only as many
+        if got != ids[reference]:
+            raise ValueError(f"{name} scored other claims than {reference} ({len(got)} against "
+                             f"{len(ids[reference])}): a study compares the same claims")
     for metric in metrics:
         tables = {name: table(metric, runs) for name, runs in systems.items()}
         entry: dict[str, Any] = {"values": {n: None if t is None else _finite(observed(t)) for n, t in tables.items()},
