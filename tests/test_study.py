@@ -128,6 +128,29 @@ def test_the_stage_inputs_of_two_seeds_differ_only_in_the_seed_and_folder():
         study.stage_inputs(params, "nope")
 
 
+def test_the_start_unit_evaluates_the_start_on_every_claim_when_limit_is_null(tmp_path, monkeypatch):
+    """study.limit null must reach the evaluation as null (every claim), not fall back to evaluate.limit: an
+    override of None is no override, so the unit puts its settings into the params."""
+    from biocheck import pipeline
+
+    monkeypatch.chdir(tmp_path)
+    Path("models/sft").mkdir(parents=True)
+    Path("models/sft/config.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(pipeline, "evaluate_stage", lambda p, progress, out, model: seen.append((p, out, model))
+                        or {"metrics": {"eg_grpo": {"scifact": {"n": 300}}}})
+    params = _profile("quickstart")
+    params["study"].update(limit=None, full_split=True)
+    assert params["evaluate"]["limit"] == 4  # the pipeline's own evaluation keeps its limit
+    out = study.evaluate_unit(params, progress=False)
+    [(p, where, model)] = seen
+    assert {k: p["evaluate"][k] for k in ("systems", "datasets", "limit", "full_split")} == {
+        "systems": ["eg_grpo"], "datasets": ["scifact"], "limit": None, "full_split": True}
+    assert where == Path("study/eval/start") and model == "transformers:models/sft"
+    assert json.loads(Path("study/eval/start/selection.json").read_text())["unit"] == "start"
+    assert out["metrics"] == {"scifact": {"n": 300}} and params["evaluate"]["limit"] == 4  # the caller's untouched
+
+
 # --- the analysis ---------------------------------------------------------------------------------------
 
 GOLD = ["SUPPORTED", "REFUTED", "SUPPORTED", "REFUTED"]
@@ -204,6 +227,11 @@ def test_the_analysis_writes_metrics_report_plot_and_page(analyzed):
     for r in out["datasets"]["scifact"]["metrics"]["accuracy"]["differences"].values():
         assert r["sentence"].replace("'", "&#39;") in page
     assert page.count('class="diff"') == 4 and "eg_grpo-s1" in page
+    assert "evaluation gallery" not in page  # none here to link to
+    Path("reports/eval").mkdir(parents=True)
+    Path("reports/eval/index.html").write_text("<html></html>")
+    study.analyze_units(params)
+    assert '<a href="../eval/index.html">evaluation gallery</a>' in (cfg.page_dir / "index.html").read_text()
 
 
 def test_the_analysis_is_one_mlflow_run_under_the_study_parent(analyzed, tmp_path):

@@ -274,7 +274,9 @@ def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
     rows = forest_rows(report)
     cfg.plots_dir.mkdir(parents=True, exist_ok=True)
     _write_csv(cfg.plots_dir / "forest.csv", rows)
-    page = write_page(cfg.page_dir, report, rows)
+    from biocheck.pipeline import evaluate_config
+
+    page = write_page(cfg.page_dir, report, rows, gallery=evaluate_config(params).report_dir / "index.html")
     _log(cfg, params, numbers)
     return {"report": str(cfg.report_path), "page": str(page), "datasets": datasets}
 

@@ -8,6 +8,7 @@ sentence of what the study can and cannot say. `forest_rows` is also the CSV `dv
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,17 @@ def forest_svg(rows: Sequence[Mapping[str, Any]]) -> Markup:
         marks=marks, ticks=ticks))
 
 
-def write_page(page_dir: Path, report: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Path:
-    """reports/study/index.html: the study's size, its units, the forest plot and the table of differences."""
+def write_page(page_dir: Path, report: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+               gallery: Path | None = None) -> Path:
+    """reports/study/index.html: the study's size, its units, the forest plot and the table of differences;
+    `gallery`: the evaluation gallery's index.html, linked from the page when it exists."""
     page_dir = Path(page_dir)
     about = Provenance.now(report.get("profile"))
+    link = (Path(os.path.relpath(Path(gallery).resolve(), page_dir.resolve())).as_posix()
+            if gallery is not None and Path(gallery).is_file() else None)
     html = env().get_template("study.html.jinja").render(
         title=f"BioCheck study {report['study']}", report=report, rows=rows, forest=forest_svg(rows), about=about,
-        readme=_readme_link(page_dir),
-        fmt=_fmt)
+        readme=_readme_link(page_dir), gallery=link, fmt=_fmt)
     write_text_atomic(page_dir / "index.html", html)
     return page_dir / "index.html"
 
