@@ -418,7 +418,7 @@ def test_full_split_evaluates_the_whole_test_split_with_the_profiles_labels(tmp_
 
 def _git_project(tmp_path: Path, raw_dir: Path, tiny_model: Path) -> tuple[Path, dict]:
     """A copy of the repo as a DVC project whose upstream outputs (prepared data, index, models) are made here
-    with the tiny model everywhere, and params for a study of 2 seeds x 2 variants of 1 step each."""
+    with the tiny model everywhere, and params for a study of 2 seeds x 2 variants of 2 steps each."""
     import shutil
 
     from biocheck.data.prepare import PrepareConfig, prepare
@@ -441,7 +441,7 @@ def _git_project(tmp_path: Path, raw_dir: Path, tiny_model: Path) -> tuple[Path,
                            per_device_eval_batch_size=4, max_completion_length=96)
     params["agent"].update(max_searches=1, max_new_tokens=24)
     params["evaluate"].update(workers=2)
-    params["study"].update(name="e2e", seeds=[0, 1], steps=1, eval_steps=1, limit=2, resamples=200)
+    params["study"].update(name="e2e", seeds=[0, 1], steps=2, eval_steps=1, limit=2, resamples=200)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "DVC_NO_ANALYTICS": "1",
@@ -487,7 +487,8 @@ def test_a_study_runs_through_dvc_and_a_killed_one_resumes_without_redoing_units
     assert metrics["seeds"] == 2 and set(metrics["scifact"]) == {"accuracy", "ehr", "eqs", "citing_rate"}
     report = json.loads((work / "reports" / "study.json").read_text())
     assert report["size"]["claims"] == {"scifact": 2} and len(report["units"]) == 5
-    assert all(u["step"] == 1 for n, u in report["units"].items() if n != "start")  # each unit's own selection
+    assert all(u["step"] in (1, 2) and Path(u["checkpoint"]).parent == work.joinpath("study/checkpoints", n).relative_to(work)
+               for n, u in report["units"].items() if n != "start")  # each unit's own selection
     assert (work / "reports" / "study" / "index.html").is_file()
     assert (work / "metrics" / "study_plots" / "forest.csv").read_text().count("\n") == 1 + 4 * 2
     assert dvc.status(work, [study.STUDY_DVC]) == {}  # every unit recorded: a rerun would skip them all
