@@ -33,14 +33,20 @@ STUDY = "study/dvc.yaml"
 
 
 def stages() -> dict[str, dict[str, Any]]:
-    """dvc.yaml's stages, `foreach` expanded (name@key), and study/dvc.yaml's (`study/dvc.yaml:name`, a `matrix`
-    expanded over the quickstart's study.variants x study.seeds)."""
+    """dvc.yaml's stages, `foreach` expanded (name@key)."""
     out = {}
     for name, spec in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items():
         if "foreach" in spec:
             out.update({f"{name}@{key}": spec["do"] for key in spec["foreach"]})
         else:
             out[name] = spec
+    return out
+
+
+def all_stages() -> dict[str, dict[str, Any]]:
+    """stages() and study/dvc.yaml's (`study/dvc.yaml:name`, a `matrix` expanded over the quickstart's
+    study.variants x study.seeds)."""
+    out = stages()
     study = profile("quickstart")["study"]
     for name, spec in yaml.safe_load((REPO / STUDY).read_text())["stages"].items():
         if "matrix" in spec:
@@ -133,19 +139,19 @@ def listed(params: dict[str, Any], spec: dict[str, Any]) -> set[str]:
 
 
 def test_every_stage_of_dvc_yaml_is_a_stage_the_pipeline_knows():
-    for stage in stages():
+    for stage in all_stages():
         assert stage_inputs(profile("quickstart"), stage)
 
 
 @pytest.fixture(scope="module")
 def read_by_profile() -> dict[str, dict[str, set[str]]]:
-    return {name: {stage: reads(profile(name), stage) for stage in stages()} for name in PROFILES}
+    return {name: {stage: reads(profile(name), stage) for stage in all_stages()} for name in PROFILES}
 
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_each_stage_lists_every_key_its_code_reads(name, read_by_profile):
     params = profile(name)
-    missing = {stage: sorted(read_by_profile[name][stage] - listed(params, spec)) for stage, spec in stages().items()}
+    missing = {stage: sorted(read_by_profile[name][stage] - listed(params, spec)) for stage, spec in all_stages().items()}
     assert not any(missing.values()), {k: v for k, v in missing.items() if v}
 
 
@@ -153,7 +159,7 @@ def test_each_stage_reads_every_key_it_lists(read_by_profile):
     """dvc.yaml serves every profile: a listed key must be read in at least one (some values are valid in one
     profile only, e.g. train.save_steps must divide train.eval_steps)."""
     unread = {}
-    for stage, spec in stages().items():
+    for stage, spec in all_stages().items():
         lists = set().union(*(listed(profile(n), spec) for n in PROFILES))
         read = set().union(*(read_by_profile[n][stage] for n in PROFILES))
         unread[stage] = sorted(lists - read)
@@ -197,6 +203,6 @@ def collapsed(keys: set[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    for stage in stages():
+    for stage in all_stages():
         read = set().union(*(reads(profile(n), stage) for n in PROFILES))
         print(stage, collapsed(read))
