@@ -299,6 +299,20 @@ def test_study_commands_fail_in_one_line(args, code, message, tmp_path, monkeypa
     assert len([line for line in r.output.splitlines() if line.strip()]) <= 2  # Click may wrap the one line
 
 
+def test_study_status_lists_every_stage_with_its_state(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rows = [(f"{study.STUDY_DVC}:train@eg_grpo-0", "done"), (f"{study.STUDY_DVC}:analyze", "stale")]
+    monkeypatch.setattr(study, "unit_states", lambda root: rows)
+    r = CliRunner().invoke(app, ["study", "status"])
+    assert r.exit_code == 0, r.output
+    assert "done    study/dvc.yaml:train@eg_grpo-0" in r.output and "stale   study/dvc.yaml:analyze" in r.output
+    assert "1 of 2 stages done" in r.output
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)  # no DVC project here: one line
+    r = CliRunner().invoke(app, ["study", "status"])
+    assert r.exit_code == 1 and "not a DVC project" in r.output and "Traceback" not in r.output
+
+
 # --- the Prefect flow -----------------------------------------------------------------------------------
 
 class _Future:
@@ -472,6 +486,9 @@ def test_a_study_runs_through_dvc_and_a_killed_one_resumes_without_redoing_units
     os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: DVC stops the unit it is running
     text = first.communicate(timeout=120)[0]
     assert first.returncode == 130 and "Traceback" not in text, text[-3000:]  # Ctrl-C: exit 130, one line
+    states = dict(study.unit_states(work))
+    assert states[f"{study.STUDY_DVC}:train@eg_grpo-0"] == "done"
+    assert states[f"{study.STUDY_DVC}:analyze"] == "to run" and list(states.values()).count("done") < 10
     kept = work / "study" / "checkpoints" / "eg_grpo-s0"
     before = {p: p.stat().st_mtime_ns for p in kept.rglob("*") if p.is_file()}
     assert any(p.name == "model.safetensors" for p in before)
@@ -494,6 +511,7 @@ def test_a_study_runs_through_dvc_and_a_killed_one_resumes_without_redoing_units
     assert (work / "reports" / "study" / "index.html").is_file()
     assert (work / "metrics" / "study_plots" / "forest.csv").read_text().count("\n") == 1 + 4 * 2
     assert dvc.status(work, [study.STUDY_DVC]) == {}  # every unit recorded: a rerun would skip them all
+    assert {state for _, state in study.unit_states(work)} == {"done"}
 
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.study = 'e2e'")

@@ -872,6 +872,21 @@ def study_run(
               markup=False, highlight=False)
 
 
+@study_app.command("status")
+def study_status() -> None:
+    """Which units of the study are done, stale or still to run (`dvc status` of study/dvc.yaml).
+
+    A stale unit ran, then its code, params or inputs changed: `biocheck study run` repeats it.
+    """
+    from biocheck.study import unit_states
+
+    states = _run(unit_states, ".")
+    for stage, state in states:
+        print(f"{state:7} {stage}")
+    done = sum(state == "done" for _, state in states)
+    err.print(f"{done} of {len(states)} stages done", markup=False, highlight=False)
+
+
 @study_app.command("train")
 def study_train(
     variant: Annotated[Literal[VARIANTS], typer.Option("--variant", help="The unit's reward variant.")],
@@ -1086,6 +1101,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "study train": ("biocheck study train --variant outcome_only --seed 1",),
     "study evaluate": ("biocheck study evaluate --variant eg_grpo --seed 0", "biocheck study evaluate   # the start"),
     "study analyze": ("biocheck study analyze",),
+    "study status": ("biocheck study status",),
     "report pr": ("dvc status dvc.yaml --json > /tmp/status.json && dvc repro evaluate",
                   "biocheck report pr --base origin/main --status /tmp/status.json --out comment.md"),
 }

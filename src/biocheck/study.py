@@ -375,6 +375,23 @@ def model_spec(params: dict[str, Any], folder: Path) -> str:
     return f"{kind if kind in ('transformers', 'vllm') else 'transformers'}:{folder}"
 
 
+def unit_states(root: Path | str = ".") -> list[tuple[str, str]]:
+    """(stage, state) of every study stage in run order: `done` (DVC finds it up to date), `to run` (never run)
+    or `stale` (run, then its code, params or inputs changed: a rerun repeats it)."""
+    from biocheck.orchestration import dvc
+    from biocheck.wiring import params_of
+
+    path = dvc.params_file(root)
+    todo = stages(study_config(params_of(path)))
+    changed = dvc.status(path.parent, [STUDY_DVC])
+    lock = path.parent / "study" / "dvc.lock"
+    import yaml
+
+    ran = set((yaml.safe_load(lock.read_text()) or {}).get("stages", {})) if lock.is_file() else set()
+    return [(s, "done" if s not in changed else "stale" if s.removeprefix(f"{STUDY_DVC}:") in ran else "to run")
+            for s in todo]
+
+
 # --- a local run: every stage in sequence through DVC ------------------------------------------------------
 
 def run_local(root: Path | str = ".", upstream: bool = True, report: Any = None) -> list[dict[str, Any]]:
@@ -400,4 +417,4 @@ def run_local(root: Path | str = ".", upstream: bool = True, report: Any = None)
 
 __all__ = ["START", "STUDY_DVC", "StudyConfig", "Unit", "analyze_units", "eval_units", "evaluate_unit",
            "selected_checkpoint", "stages", "start_dir", "study_config", "train_unit", "unit_name", "unit_overrides",
-           "unit_params", "units", "run_local", "stage_inputs", "model_spec"]
+           "unit_params", "unit_states", "units", "run_local", "stage_inputs", "model_spec"]
