@@ -145,3 +145,18 @@ def test_a_usage_error_is_one_line_that_points_to_the_commands_help(args, needle
     assert r.exit_code == 2
     line = one_error_line(r, needle, f"(see `{command} --help`)")
     assert "Usage:" not in r.output and "Try '" not in line
+
+
+def test_a_ctrl_c_before_the_command_starts_is_one_line_and_exit_130(monkeypatch, capsys):
+    """Typer builds the command line (and a command imports its stage) before the command's own Ctrl-C
+    handling: the console entry point turns an interrupt there into one line, not a traceback."""
+    from biocheck import cli
+
+    def interrupted(**_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    with pytest.raises(SystemExit) as e:
+        cli.entry()
+    assert e.value.code == 130
+    assert capsys.readouterr().err == "error: interrupted before the command started; nothing was written\n"

@@ -1172,5 +1172,15 @@ app.info.cls = _Group
 _with_examples(app)
 
 
+def entry() -> None:
+    """The console entry point: `app`, with a Ctrl-C that lands before a command's own handling (while Typer
+    builds the command line, or a command imports its stage) ending in one line and exit 130, not a traceback."""
+    try:
+        app(prog_name="biocheck")
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted before the command started; nothing was written\n")
+        sys.exit(130)
+
+
 if __name__ == "__main__":
-    app()
+    entry()
