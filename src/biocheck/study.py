@@ -245,7 +245,7 @@ def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
     """`biocheck study analyze`: every metric's difference, reference variant minus each other variant and minus
     the start, per dataset, from the units' predictions; written to the metrics, report, plot and page."""
     from biocheck.evaluate.study import analyze
-    from biocheck.evaluate.study_page import forest_rows, write_page
+    from biocheck.evaluate.study_page import forest_rows, write_forest_csv, write_page
 
     cfg = study_config(params)
     found = eval_units(cfg)
@@ -272,8 +272,7 @@ def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
     write_json_atomic(cfg.report_path, report)
     write_json_atomic(cfg.metrics_path, {"study": cfg.name, "seeds": len(cfg.seeds), **numbers})
     rows = forest_rows(report)
-    cfg.plots_dir.mkdir(parents=True, exist_ok=True)
-    _write_csv(cfg.plots_dir / "forest.csv", rows)
+    write_forest_csv(cfg.plots_dir / "forest.csv", rows)
     from biocheck.pipeline import evaluate_config
 
     page = write_page(cfg.page_dir, report, rows, gallery=evaluate_config(params).report_dir / "index.html")
@@ -286,22 +285,9 @@ def _selection(unit: Unit) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    import csv
-    import io
-
-    from biocheck.io import write_text_atomic
-
-    buf = io.StringIO()
-    fields = ["comparison", "dataset", "metric", "diff", "lo", "hi", "p", "mdd"]
-    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    write_text_atomic(path, buf.getvalue())
-
-
 def _log(cfg: StudyConfig, params: dict[str, Any], numbers: dict[str, Any]) -> None:
     """The analysis as one run `study` nested under `study <name>`: each difference a metric."""
+    from biocheck.params import plain
     from biocheck.wiring import tracked
 
     flat = {}
@@ -312,16 +298,10 @@ def _log(cfg: StudyConfig, params: dict[str, Any], numbers: dict[str, Any]) -> N
                     if x.get(k) is not None:
                         flat[f"{d}.{m}.{cfg.reference}_minus_{other}.{k}"] = x[k]
     with tracked(params), _tagged(cfg, "analyze"), tracking.run(
-            "study", run_name=f"analysis {cfg.name}", params={"study": _plain(cfg)}, tags={"kind": "study"}):
+            "study", run_name=f"analysis {cfg.name}", params={"study": plain(cfg)}, tags={"kind": "study"}):
         tracking.log_metrics(flat)
         tracking.log_artifacts(cfg.report_path)
         tracking.log_artifacts(cfg.page_dir)
-
-
-def _plain(cfg: StudyConfig) -> dict[str, Any]:
-    from biocheck.params import plain
-
-    return plain(cfg)
 
 
 # --- what each study stage reads (study/dvc.yaml lists exactly that; tests/test_dvc_params.py checks it) ---

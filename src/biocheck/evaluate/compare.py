@@ -261,11 +261,12 @@ def plot_data(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], out_dir: P
     scores = [[f"{system} / {dataset}", system, dataset,
                *(m[s] if x == "" else m["ci"][s][x[1:]] for s in PLOTTED for x in parts)] for system, dataset, m in rows]
     header = ["name", "system", "dataset", *(f"{s}{x}" for s in PLOTTED for x in parts)]
-    return [_write_csv(out_dir / "confusion.csv", ["system", "dataset", "actual", "predicted"], lines),
-            _write_csv(out_dir / "scores.csv", header, scores)]
+    return [write_plot_csv(out_dir / "confusion.csv", ["system", "dataset", "actual", "predicted"], lines),
+            write_plot_csv(out_dir / "scores.csv", header, scores)]
 
 
-def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:
+def write_plot_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:
+    """A DVC plots CSV, atomically; a missing value is refused (a template would draw it as 0)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)

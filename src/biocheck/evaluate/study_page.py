@@ -34,6 +34,19 @@ def forest_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+PLOTTED = ("diff", "lo", "hi", "p")  # forest.csv's numbers (with `comparison`, `dataset`, `metric`)
+
+
+def write_forest_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """The forest plot's data for `dvc plots`: the differences that have a value and an interval. One without
+    (a metric a system has nothing to count for) is left out: a blank cell would be drawn as 0."""
+    from biocheck.evaluate.compare import write_plot_csv
+
+    header = ["comparison", "dataset", "metric", *PLOTTED]
+    kept = [[r[k] for k in header] for r in rows if all(r.get(k) is not None for k in PLOTTED)]
+    return write_plot_csv(Path(path), header, kept)
+
+
 def forest_svg(rows: Sequence[Mapping[str, Any]]) -> Markup:
     """The differences on one symmetric axis around 0: a dot each, its interval a line, 0 a dashed rule."""
     label_w, plot_w, row_h, top = 300, 360, 22, 28
@@ -76,4 +89,4 @@ def _fmt(x: object, digits: int = 3, sign: bool = False) -> str:
     return "n/a" if v is None else f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
 
 
-__all__ = ["forest_rows", "forest_svg", "write_page"]
+__all__ = ["forest_rows", "forest_svg", "write_forest_csv", "write_page"]
