@@ -54,7 +54,8 @@ OUT = ROOT / "bench/results/grpo_profile.json"
 OLD_REV = "604ed67"
 SETTINGS: dict[str, dict[str, Any]] = {
     "baseline": {},
-    "old": {"rev": OLD_REV, "params": {"agent.max_new_tokens": "train.max_completion_length"}},
+    "old": {"rev": OLD_REV, "params": {"agent.max_new_tokens": "train.max_completion_length",
+                                       "train.share_prompt": False, "train.prompt_cache": False}},
     "threads1": {"env": {"OMP_NUM_THREADS": "1"}},
     # bf16 autocast (train.bf16): fp32 master weights, matmuls in bf16 (3x fp32's rate on an avx512_bf16 CPU)
     "bf16": {"params": {"train.bf16": True}},
@@ -73,6 +74,12 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "gencopy_static": {"params": {"train.generation_dtype": "bfloat16", "train.cache_implementation": "static"}},
     # ... and the same as the profile's own setting, to compare with an older one
     "no_gencopy": {"params": {"train.generation_dtype": None, "train.cache_implementation": None}},
+    # the loss runs every episode whole (TRL's own forward), not the group's shared prompt once a step
+    "no_share": {"params": {"train.share_prompt": False}},
+    # rollouts generate every turn from scratch (TRL's own), not from the rows' shared prompt's cache
+    "no_prompt_cache": {"params": {"train.prompt_cache": False}},
+    # neither: the profile as it was before both
+    "no_prefix": {"params": {"train.share_prompt": False, "train.prompt_cache": False}},
 }
 
 
@@ -164,6 +171,7 @@ def install(steps: list[dict], torch_profile_step: int | None, trace: Path | Non
     import biocheck.train.grpo as grpo
     from biocheck.rewards.judge.base import Judge  # noqa: F401  (the protocol; judges are wrapped per instance)
     from biocheck.train.env import SearchEnv
+    from biocheck.train.prefix import SharedPrefixMixin
     from biocheck.train.reward_funcs import RewardBank
 
     def turn_phase(self, *args, **kwargs):
@@ -194,6 +202,7 @@ def install(steps: list[dict], torch_profile_step: int | None, trace: Path | Non
          lambda self, *a, **k: None if torch.is_grad_enabled() else "logprobs")
     wrap(GRPOTrainer, "compute_loss", lambda *a, **k: "forward")
     wrap(accelerate.Accelerator, "backward", lambda *a, **k: "backward")
+    wrap(SharedPrefixMixin, "flush_prefixes", lambda *a, **k: "backward")  # the shared prompt's backward pass
     wrap(GRPOTrainer, "_save_checkpoint", lambda *a, **k: "checkpoint")
 
     orig_breakdowns = RewardBank._breakdowns

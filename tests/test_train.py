@@ -1017,6 +1017,41 @@ def test_one_episode_per_backward_pass_without_checkpointing_is_the_same_step(pr
     assert single["loss"] == pytest.approx(batched["loss"], rel=1e-3, abs=1e-6)
 
 
+@pytest.mark.slow
+def test_the_shared_prompt_in_rollouts_and_loss_is_the_same_training(project, monkeypatch):
+    """Issue 32: rollouts that start from the rows' shared prompt (train.prompt_cache, train/prompt_cache.py) and a
+    loss that runs a group's shared prompt once a step (train.share_prompt, train/prefix.py) train as TRL's own
+    paths do, on the smol profile's path (a generation copy, a static cache; one episode per backward pass): the
+    same episodes (rewards and lengths over two steps), the same loss and gradient norm up to float rounding;
+    and both were used: the prompt computed for both steps' rollouts and the validation, and carried into the
+    weights once before each optimizer step. (Each mechanism is checked exactly, token by token and weight by
+    weight, in tests/test_prompt_cache.py and tests/test_shared_prefix.py.)"""
+    import biocheck.train.reward_funcs as rf
+    from biocheck.train.prefix import SharedPrefixMixin
+    from biocheck.train.prompt_cache import PromptCache
+
+    monkeypatch.setattr(rf.RewardBank, "_component", _length_outcome(rf.RewardBank._component))
+    planned, flushed = [], []
+    real_prefix, real_flush = PromptCache.prefix, SharedPrefixMixin.flush_prefixes
+    monkeypatch.setattr(PromptCache, "prefix", lambda self, model, version, tokens:
+                        (planned.append((version[0], tokens.size(1))), real_prefix(self, model, version, tokens))[1])
+    monkeypatch.setattr(SharedPrefixMixin, "flush_prefixes",
+                        lambda self: (flushed.append(len(self._prefixes or {})), real_flush(self))[1])
+    setting = {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "gradient_checkpointing": False,
+               "generation_dtype": "float32", "cache_implementation": "static"}
+    scratch = _train_rows(project, "scratch", 2, prompt_cache=False, share_prompt=False, **setting)
+    assert planned == [] and flushed == []
+    shared = _train_rows(project, "shared", 2, prompt_cache=True, share_prompt=True, **setting)
+    assert {step for step, _ in planned} == {0, 1, 2} and min(n for _, n in planned) >= 16, planned
+    assert flushed == [1, 1]  # one prompt per step
+    keys = sorted(k for k in scratch[0] if k.startswith("rewards/") or k in ("reward", "completions/mean_length"))
+    for mine, theirs in zip(scratch, shared, strict=True):
+        assert mine["reward_std"] > 0 and mine["grad_norm"] > 0, mine  # a real update, not a zero one
+        assert {k: theirs[k] for k in keys} == {k: mine[k] for k in keys}
+        assert theirs["loss"] == pytest.approx(mine["loss"], rel=1e-4, abs=1e-7)
+        assert theirs["grad_norm"] == pytest.approx(mine["grad_norm"], rel=1e-4, abs=1e-7)
+
+
 def test_sft_refuses_a_wrong_out_dir_before_training(wiring):
     from biocheck.io import InputError
     from biocheck.pipeline import sft_stage

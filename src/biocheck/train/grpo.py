@@ -20,6 +20,8 @@ from typing import Any, Literal
 from biocheck.bounds import Count, NonNegative, Positive
 from biocheck.io import write_json_atomic
 from biocheck.params import check_nested
+from biocheck.train.prefix import SharedPrefixMixin
+from biocheck.train.prompt_cache import PromptCacheMixin
 from biocheck.train.sft import SFTConfig
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,12 @@ class TrainConfig:
     # again at every token. Not numerically neutral; the loss is still computed by the policy (docs/training.md).
     generation_dtype: Literal["float32", "bfloat16"] | None = None
     cache_implementation: Literal["static"] | None = None  # TRL's: the KV cache of rollouts (null: dynamic)
+    # The loss runs a group's shared prompt once per optimizer step, not once per episode (train/prefix.py): the
+    # same update up to float rounding. Off: TRL's own forward over every episode whole.
+    share_prompt: bool = True
+    # Rollouts compute the rows' shared prompt once per optimizer step, not per row and turn (train/prompt_cache.py):
+    # the same episodes up to float rounding. Off: TRL's own generate, each turn from scratch.
+    prompt_cache: bool = True
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     # vllm_mode "server": the `trl vllm-serve` server on its own GPU (docs/orchestration.md, multi-GPU training)
@@ -295,9 +303,11 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
     from biocheck.train.callbacks import TrainProgress, train_log
 
     class BioCheckGRPOTrainer(ConsoleMixin, NoEvalLossMixin, TimedMixin, UnknownToolsMixin, GenerationCopyMixin,
-                              GRPOTrainer):
+                              PromptCacheMixin, SharedPrefixMixin, GRPOTrainer):
         console = TrainProgress(bar=progress, every=progress_every(cfg))
         generation_dtype = cfg.generation_dtype
+        share_prompt = cfg.share_prompt
+        prompt_cache = cfg.prompt_cache
 
     callbacks = list(callbacks or [])
     if "mlflow" in report_to:  # our MLflow callback (callbacks.train_log), not the stock one report_to adds,
