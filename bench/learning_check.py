@@ -72,7 +72,10 @@ def train_run(params: dict, variant: str, beta: float, seed: int, out: Path, max
               start_from: Path | None = None, start_eval: bool = True) -> dict:
     params = copy.deepcopy(params)
     params["reward"]["variant"] = variant
-    overrides = {"seed": seed, "beta": beta, "out_dir": str(out), "metrics_path": None}  # pipeline metrics untouched
+    overrides = {"seed": seed, "beta": beta, "out_dir": str(out)}
+    # in the params, not an override: an override of None means "not given" and would leave the pipeline's
+    # metrics/train.json as the file to write
+    params["train"]["metrics_path"] = None
     # each run's own warm start (its seed), in its folder: never the pipeline's shared models/sft
     params["train"]["sft"] = {**(params["train"].get("sft") or {}), "out_dir": str(out / "sft")}
     if max_steps:
