@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,6 +17,10 @@ def test_a_learning_check_run_writes_no_pipeline_metrics(monkeypatch, tmp_path):
 
     from biocheck.pipeline import train_config
 
+    # the script sets these two with setdefault and puts src on sys.path: all undone after this test
+    monkeypatch.setenv("BIOCHECK_TRACKING", "off")
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    monkeypatch.setattr(sys, "path", list(sys.path))
     spec = importlib.util.spec_from_file_location("learning_check", REPO / "bench" / "learning_check.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
