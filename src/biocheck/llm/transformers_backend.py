@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def _normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens `a` and `b` share."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
@@ -283,7 +284,7 @@ class TransformersChat:
         self._seen = prompts[0]
         if ref is None:
             return 0
-        n = min([_common_prefix(ref, q) for q in prompts] + [len(q) - 1 for q in prompts])
+        n = min([common_prefix(ref, q) for q in prompts] + [len(q) - 1 for q in prompts])
         if n < MIN_PREFIX:
             return 0
         if self._prefix is None or n != len(self._prefix):

@@ -17,6 +17,8 @@ import copy
 import functools
 from typing import Any
 
+from biocheck.llm.transformers_backend import common_prefix
+
 MIN_PREFIX = 16  # shorter common prefixes are not worth a separate forward pass
 
 
@@ -30,14 +32,9 @@ def plan(input_ids, attention_mask) -> tuple[list[int], int] | None:
     width = input_ids.size(1)
     if not bool((mask == (torch.arange(width, device=mask.device) >= pads[:, None])).all()):
         return None
-    shortest = int(width - pads.max())
-    first = input_ids[0, int(pads[0]):]
-    common = shortest
-    for r in range(1, input_ids.size(0)):
-        row = input_ids[r, int(pads[r]):int(pads[r]) + shortest]
-        diff = (row != first[:shortest]).nonzero()
-        if len(diff):
-            common = min(common, int(diff[0]))
+    rows = [ids[int(pad):].tolist() for ids, pad in zip(input_ids, pads, strict=True)]
+    shortest = min(map(len, rows))
+    common = min((common_prefix(rows[0], row) for row in rows[1:]), default=shortest)
     # at least one token of every row goes through `generate`'s own prefill (its first logits)
     common = min(common, shortest - 1)
     return (pads.tolist(), common) if common >= MIN_PREFIX else None
@@ -57,8 +54,7 @@ class PromptCache:
 
         ids = tuple(tokens[0].tolist())
         if self.key is not None and self.key[0] == version:
-            kept = self.key[1]
-            same = next((i for i, (a, b) in enumerate(zip(kept, ids, strict=False)) if a != b), min(len(kept), len(ids)))
+            same = common_prefix(self.key[1], ids)
             if same >= MIN_PREFIX:
                 return [(k[:, :, :same], v[:, :, :same]) for k, v in self.layers]
         with torch.no_grad():
