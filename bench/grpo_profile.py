@@ -55,7 +55,8 @@ OLD_REV = "604ed67"
 SETTINGS: dict[str, dict[str, Any]] = {
     "baseline": {},
     "old": {"rev": OLD_REV, "params": {"agent.max_new_tokens": "train.max_completion_length",
-                                       "train.share_prompt": False, "train.prompt_cache": False}},
+                                       "train.share_prompt": False, "train.prompt_cache": False,
+                                       "train.loss_tokens_only": False}},
     "threads1": {"env": {"OMP_NUM_THREADS": "1"}},
     # bf16 autocast (train.bf16): fp32 master weights, matmuls in bf16 (3x fp32's rate on an avx512_bf16 CPU)
     "bf16": {"params": {"train.bf16": True}},
@@ -78,6 +79,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "no_share": {"params": {"train.share_prompt": False}},
     # rollouts generate every turn from scratch (TRL's own), not from the rows' shared prompt's cache
     "no_prompt_cache": {"params": {"train.prompt_cache": False}},
+    # the shared prompt's loss with TRL's head over every completion position, the search results included
+    "no_loss_only": {"params": {"train.loss_tokens_only": False}},
     # neither: the profile as it was before both
     "no_prefix": {"params": {"train.share_prompt": False, "train.prompt_cache": False}},
 }

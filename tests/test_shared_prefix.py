@@ -99,3 +99,92 @@ def test_other_batches_take_trls_path(tiny_model, case):
     with torch.set_grad_enabled(case != "no grad"):
         trainer._get_per_token_logps_and_entropies(model, ids, attn, 12)
     assert not trainer._prefixes
+
+
+def _tool_masks():
+    """The loss's mask per micro-batch of _batches(): completion_mask * tool_mask, a search result in each row."""
+    masks = []
+    for _, _, mask in _batches():
+        tool = torch.ones_like(mask)
+        tool[:, 3:8] = 0  # positions 3-7 of the completion were the tool's output
+        masks.append(mask * tool)
+    return masks
+
+
+def _run_masked(tiny_model, share: bool, only: bool, monkeypatch):
+    """As _run, with the loss's mask excluding a search result; returns also the rows the LM head scored."""
+    import trl.trainer.utils as tu
+
+    scored = []
+    apply = tu._ChunkedLogProbFunction.apply
+    monkeypatch.setattr(tu._ChunkedLogProbFunction, "apply",
+                        lambda hidden, *a: (scored.append(hidden.size(0)), apply(hidden, *a))[1])
+    trainer, model = _trainer(share), _model(tiny_model)
+    trainer.loss_tokens_only = only
+    outs = []
+    for (ids, attn, _), mask in zip(_batches(), _tool_masks(), strict=True):
+        trainer._loss_mask = mask
+        logps, ent, _ = trainer._get_per_token_logps_and_entropies(model, ids, attn, 12, compute_entropy=True)
+        ((logps * mask).sum() * 0.3 + (ent * mask).sum() * 0.1).backward()
+        outs.append((logps.detach() * mask, ent.detach() * mask))
+    trainer.flush_prefixes()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return outs, grads, scored
+
+
+def test_the_head_on_the_losss_tokens_only_gives_trls_loss_and_gradients(tiny_model, monkeypatch):
+    """train.loss_tokens_only: the LM head skips the tool's output and padding, and the masked loss, its
+    entropies and every weight's gradient are TRL's own."""
+    whole, whole_grads, whole_rows = _run_masked(tiny_model, share=False, only=True, monkeypatch=monkeypatch)
+    every, _, every_rows = _run_masked(tiny_model, share=True, only=False, monkeypatch=monkeypatch)
+    only, only_grads, only_rows = _run_masked(tiny_model, share=True, only=True, monkeypatch=monkeypatch)
+    counted = sum(int(m.sum()) for m in _tool_masks())
+    assert sum(only_rows) == counted < sum(every_rows)  # only the loss's own positions went through the head
+    assert counted == 7 + 7 + 3  # rows of 12: 5 tool positions each; the third padded from position 7
+    for (lw, ew), (lo, eo), (le, ee) in zip(whole, only, every, strict=True):
+        assert torch.allclose(lw, lo, atol=1e-5) and torch.allclose(ew, eo, atol=1e-5)
+        assert torch.allclose(le, lo, atol=1e-5) and torch.allclose(ee, eo, atol=1e-5)
+        assert lo.abs().sum() > 0
+    for name, g in whole_grads.items():
+        assert torch.allclose(g, only_grads[name], rtol=1e-4, atol=1e-6), name
+
+
+def test_a_mask_of_another_shape_scores_every_position(tiny_model, monkeypatch):
+    """A mask that is not this batch's (another micro-batch's shape) is not applied: every position is scored."""
+    import trl.trainer.utils as tu
+
+    scored = []
+    apply = tu._ChunkedLogProbFunction.apply
+    monkeypatch.setattr(tu._ChunkedLogProbFunction, "apply",
+                        lambda hidden, *a: (scored.append(hidden.size(0)), apply(hidden, *a))[1])
+    trainer, model = _trainer(True), _model(tiny_model)
+    trainer.loss_tokens_only = True
+    ids, attn, _ = _batches()[1]
+    trainer._loss_mask = torch.ones(1, 12, dtype=torch.long)  # one row; the batch has two
+    trainer._get_per_token_logps_and_entropies(model, ids, attn, 12)
+    assert scored == [2 * 12]  # both rows, every completion position (padding included)
+
+
+def test_the_loss_hands_its_own_mask_to_the_forward_and_takes_it_back():
+    """_compute_loss holds completion_mask * tool_mask while TRL's loss runs, and only then."""
+    from biocheck.train.prefix import SharedPrefixMixin
+
+    seen = []
+
+    class Loss:
+        def _compute_loss(self, model, inputs):
+            seen.append(self._loss_mask)
+            raise RuntimeError("the loss failed")
+
+    class Trainer(SharedPrefixMixin, Loss):
+        pass
+
+    t = Trainer()
+    completion = torch.tensor([[1, 1, 1, 0]])
+    tool = torch.tensor([[1, 0, 1, 1]])
+    with pytest.raises(RuntimeError):
+        t._compute_loss(None, {"completion_mask": completion, "tool_mask": tool})
+    with pytest.raises(RuntimeError):
+        t._compute_loss(None, {"completion_mask": completion})  # no tool in the batch
+    assert seen[0].tolist() == [[1, 0, 1, 0]] and seen[1].tolist() == [[1, 1, 1, 0]]
+    assert t._loss_mask is None  # not left for a no-grad pass that scores another batch

@@ -57,6 +57,9 @@ class TrainConfig:
     # The loss runs a group's shared prompt once per optimizer step, not once per episode (train/prefix.py): the
     # same update up to float rounding. Off: TRL's own forward over every episode whole.
     share_prompt: bool = True
+    # ... and its LM head scores only the tokens the loss learns from (the model's, not the search results); on a
+    # CPU TRL's head scores every position. The same update up to float rounding. Applies where share_prompt does.
+    loss_tokens_only: bool = True
     # Rollouts compute the rows' shared prompt once per optimizer step, not per row and turn (train/prompt_cache.py):
     # the same episodes up to float rounding. Off: TRL's own generate, each turn from scratch.
     prompt_cache: bool = True
@@ -307,6 +310,7 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
         console = TrainProgress(bar=progress, every=progress_every(cfg))
         generation_dtype = cfg.generation_dtype
         share_prompt = cfg.share_prompt
+        loss_tokens_only = cfg.loss_tokens_only
         prompt_cache = cfg.prompt_cache
 
     callbacks = list(callbacks or [])
