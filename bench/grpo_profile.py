@@ -56,7 +56,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "baseline": {},
     "old": {"rev": OLD_REV, "params": {"agent.max_new_tokens": "train.max_completion_length",
                                        "train.share_prompt": False, "train.prompt_cache": False,
-                                       "train.loss_tokens_only": False, "train.turn_budget": False}},
+                                       "train.loss_tokens_only": False}},
     "threads1": {"env": {"OMP_NUM_THREADS": "1"}},
     # bf16 autocast (train.bf16): fp32 master weights, matmuls in bf16 (3x fp32's rate on an avx512_bf16 CPU)
     "bf16": {"params": {"train.bf16": True}},
@@ -81,8 +81,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "no_prompt_cache": {"params": {"train.prompt_cache": False}},
     # the shared prompt's loss with TRL's head over every completion position, the search results included
     "no_loss_only": {"params": {"train.loss_tokens_only": False}},
-    # a turn after a search generates a whole turn's max_new_tokens, and TRL cuts what is over the budget
-    "no_turn_budget": {"params": {"train.turn_budget": False}},
     # neither: the profile as it was before both
     "no_prefix": {"params": {"train.share_prompt": False, "train.prompt_cache": False}},
 }

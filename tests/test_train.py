@@ -351,14 +351,6 @@ def test_make_trainer_hands_trl_the_bank_environment_and_config(tmp_path, monkey
     assert k["args"].max_steps == 7 and k["args"].report_to == []
     assert k["peft_config"] is None and k["callbacks"] == [cb]
     assert make_trainer(model, tok, cfg, train_ds, eval_ds, factory, _Bank(), 6, []).kwargs["callbacks"] == []
-    # the speed switches reach the trainer (issue 32): each as the params say
-    from biocheck.train.turn_budget import TurnBudgetMixin
-
-    assert isinstance(trainer, TurnBudgetMixin)
-    assert (trainer.turn_budget, trainer.loss_tokens_only, trainer.share_prompt) == (True, True, True)
-    off = TrainConfig(out_dir=tmp_path / "off", **GRPO_VALUES, turn_budget=False, loss_tokens_only=False)
-    other = make_trainer(model, tok, off, train_ds, eval_ds, factory, _Bank(), 6, [])
-    assert (other.turn_budget, other.loss_tokens_only) == (False, False)
 
 
 def test_make_trainer_with_lora_builds_a_causal_lm_adapter(tmp_path, monkeypatch):

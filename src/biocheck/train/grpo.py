@@ -23,7 +23,6 @@ from biocheck.params import check_nested
 from biocheck.train.prefix import SharedPrefixMixin
 from biocheck.train.prompt_cache import PromptCacheMixin
 from biocheck.train.sft import SFTConfig
-from biocheck.train.turn_budget import TurnBudgetMixin
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +63,6 @@ class TrainConfig:
     # Rollouts compute the rows' shared prompt once per optimizer step, not per row and turn (train/prompt_cache.py):
     # the same episodes up to float rounding. Off: TRL's own generate, each turn from scratch.
     prompt_cache: bool = True
-    # A turn after a tool call generates at most what max_completion_length leaves its rows (train/turn_budget.py);
-    # TRL generated a whole turn's max_new_tokens and cut them after. The same tokens from the same random state;
-    # later turns then sample from another point of the seed's stream (the same distribution).
-    turn_budget: bool = True
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     # vllm_mode "server": the `trl vllm-serve` server on its own GPU (docs/orchestration.md, multi-GPU training)
@@ -310,14 +305,13 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
 
     from biocheck.train.callbacks import TrainProgress, train_log
 
-    class BioCheckGRPOTrainer(ConsoleMixin, NoEvalLossMixin, TimedMixin, UnknownToolsMixin, TurnBudgetMixin,
-                              GenerationCopyMixin, PromptCacheMixin, SharedPrefixMixin, GRPOTrainer):
+    class BioCheckGRPOTrainer(ConsoleMixin, NoEvalLossMixin, TimedMixin, UnknownToolsMixin, GenerationCopyMixin,
+                              PromptCacheMixin, SharedPrefixMixin, GRPOTrainer):
         console = TrainProgress(bar=progress, every=progress_every(cfg))
         generation_dtype = cfg.generation_dtype
         share_prompt = cfg.share_prompt
         loss_tokens_only = cfg.loss_tokens_only
         prompt_cache = cfg.prompt_cache
-        turn_budget = cfg.turn_budget
 
     callbacks = list(callbacks or [])
     if "mlflow" in report_to:  # our MLflow callback (callbacks.train_log), not the stock one report_to adds,

@@ -81,9 +81,8 @@ class PromptCache:
         start = min(pads) + common  # positions [0, start) of every row come from the cache
         rows, width = input_ids.size(0), input_ids.size(1)
         if config.cache_implementation == "static":
-            # the turn's own limit when it has one (train/turn_budget.py may lower it below the model's)
-            longest = config.max_new_tokens or max(n for n in (model.generation_config.max_new_tokens,
-                                                               getattr(config, "max_length", None)) if n)
+            longest = max(n for n in (config.max_new_tokens, model.generation_config.max_new_tokens,
+                                      getattr(config, "max_length", None)) if n)
             cache = StaticCache(config=model.config, max_cache_len=width + longest)
         else:
             cache = DynamicCache(config=model.config)
