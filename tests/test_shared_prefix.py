@@ -111,14 +111,20 @@ def _tool_masks():
     return masks
 
 
-def _run_masked(tiny_model, share: bool, only: bool, monkeypatch):
-    """As _run, with the loss's mask excluding a search result; returns also the rows the LM head scored."""
+def _head_rows(monkeypatch) -> list[int]:
+    """Positions that reach the LM head, per call of TRL's chunked log-prob function, from now on."""
     import trl.trainer.utils as tu
 
-    scored = []
+    rows = []
     apply = tu._ChunkedLogProbFunction.apply
     monkeypatch.setattr(tu._ChunkedLogProbFunction, "apply",
-                        lambda hidden, *a: (scored.append(hidden.size(0)), apply(hidden, *a))[1])
+                        lambda hidden, *a: (rows.append(hidden.size(0)), apply(hidden, *a))[1])
+    return rows
+
+
+def _run_masked(tiny_model, share: bool, only: bool, rows: list[int]):
+    """As _run, with the loss's mask excluding a search result; returns also the positions the LM head scored."""
+    rows.clear()
     trainer, model = _trainer(share), _model(tiny_model)
     trainer.loss_tokens_only = only
     outs = []
@@ -129,17 +135,18 @@ def _run_masked(tiny_model, share: bool, only: bool, monkeypatch):
         outs.append((logps.detach() * mask, ent.detach() * mask))
     trainer.flush_prefixes()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return outs, grads, scored
+    return outs, grads, sum(rows)
 
 
 def test_the_head_on_the_losss_tokens_only_gives_trls_loss_and_gradients(tiny_model, monkeypatch):
     """train.loss_tokens_only: the LM head skips the tool's output and padding, and the masked loss, its
     entropies and every weight's gradient are TRL's own."""
-    whole, whole_grads, whole_rows = _run_masked(tiny_model, share=False, only=True, monkeypatch=monkeypatch)
-    every, _, every_rows = _run_masked(tiny_model, share=True, only=False, monkeypatch=monkeypatch)
-    only, only_grads, only_rows = _run_masked(tiny_model, share=True, only=True, monkeypatch=monkeypatch)
+    rows = _head_rows(monkeypatch)
+    whole, whole_grads, _ = _run_masked(tiny_model, share=False, only=True, rows=rows)
+    every, _, every_rows = _run_masked(tiny_model, share=True, only=False, rows=rows)
+    only, only_grads, only_rows = _run_masked(tiny_model, share=True, only=True, rows=rows)
     counted = sum(int(m.sum()) for m in _tool_masks())
-    assert sum(only_rows) == counted < sum(every_rows)  # only the loss's own positions went through the head
+    assert only_rows == counted < every_rows == 3 * 12  # only the loss's own positions went through the head
     assert counted == 7 + 7 + 3  # rows of 12: 5 tool positions each; the third padded from position 7
     for (lw, ew), (lo, eo), (le, ee) in zip(whole, only, every, strict=True):
         assert torch.allclose(lw, lo, atol=1e-5) and torch.allclose(ew, eo, atol=1e-5)
@@ -151,12 +158,7 @@ def test_the_head_on_the_losss_tokens_only_gives_trls_loss_and_gradients(tiny_mo
 
 def test_a_mask_of_another_shape_scores_every_position(tiny_model, monkeypatch):
     """A mask that is not this batch's (another micro-batch's shape) is not applied: every position is scored."""
-    import trl.trainer.utils as tu
-
-    scored = []
-    apply = tu._ChunkedLogProbFunction.apply
-    monkeypatch.setattr(tu._ChunkedLogProbFunction, "apply",
-                        lambda hidden, *a: (scored.append(hidden.size(0)), apply(hidden, *a))[1])
+    scored = _head_rows(monkeypatch)
     trainer, model = _trainer(True), _model(tiny_model)
     trainer.loss_tokens_only = True
     ids, attn, _ = _batches()[1]
