@@ -188,5 +188,8 @@ def test_the_loss_hands_its_own_mask_to_the_forward_and_takes_it_back():
         t._compute_loss(None, {"completion_mask": completion, "tool_mask": tool})
     with pytest.raises(RuntimeError):
         t._compute_loss(None, {"completion_mask": completion})  # no tool in the batch
-    assert seen[0].tolist() == [[1, 0, 1, 0]] and seen[1].tolist() == [[1, 1, 1, 0]]
+    with pytest.raises(RuntimeError):  # old log-probs TRL scored at every position: the ratio needs them all
+        t._compute_loss(None, {"completion_mask": completion, "tool_mask": tool,
+                               "old_per_token_logps": torch.full((1, 4), -100.0)})
+    assert seen[0].tolist() == [[1, 0, 1, 0]] and seen[1].tolist() == [[1, 1, 1, 0]] and seen[2] is None
     assert t._loss_mask is None  # not left for a no-grad pass that scores another batch

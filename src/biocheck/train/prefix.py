@@ -13,7 +13,8 @@ model's own, not the search results it read nor padding. TRL's fused head does t
 device it scores every position of the completion, most of them search results (5 abstracts a search).
 Measured on smol, one episode of 1300 positions of which 260 the model's: the loss's passes 8.7 s -> 5.0 s.
 Exact: the loss, its entropy term and the logged entropy all multiply the other positions by zero
-(`completion_mask * tool_mask`).
+(`completion_mask * tool_mask`). Not where TRL scored old log-probs everywhere (several iterations per
+generation, vLLM's importance sampling): the ratio to them at an unscored position could overflow.
 
 It applies where it is exact and cheap to check: a batch whose rows carry one prompt without padding, no
 images, no activation checkpointing (which discards the prompt's cache), one process (DDP would reduce the
@@ -101,6 +102,10 @@ class SharedPrefixMixin:
     def _compute_loss(self, model, inputs):  # type: ignore[override]
         mask = inputs["completion_mask"]
         self._loss_mask = mask * inputs["tool_mask"] if "tool_mask" in inputs else mask  # as TRL's loss masks
+        if inputs.get("old_per_token_logps") is not None:
+            # the ratio to log-probs TRL scored everywhere would be exp(-old) at an unscored position: up to inf,
+            # and inf * 0 is NaN. Without them (one iteration, no vLLM) TRL takes the ratio to these very log-probs.
+            self._loss_mask = None
         try:
             return super()._compute_loss(model, inputs)  # type: ignore[misc]
         finally:
