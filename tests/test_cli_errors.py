@@ -160,3 +160,40 @@ def test_a_ctrl_c_before_the_command_starts_is_one_line_and_exit_130(monkeypatch
         cli.entry()
     assert e.value.code == 130
     assert capsys.readouterr().err == "error: interrupted before the command started; nothing was written\n"
+
+
+@pytest.mark.parametrize("exc", [
+    OSError(28, "No space left on device"),
+    RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"),  # safetensors' text
+])
+def test_a_full_disk_is_one_line_not_a_traceback(exc, capsys):
+    """A stage that fills the device mid-write (a checkpoint) ends in one line saying what to do, exit 1."""
+    import typer
+
+    from biocheck.cli import _run
+
+    def stage():
+        raise exc
+
+    with pytest.raises(typer.Exit) as e:
+        _run(stage)
+    assert e.value.exit_code == 1
+    err = capsys.readouterr().err
+    assert "no space left on the device" in err and "rerun" in err and "Traceback" not in err
+
+
+def test_other_errors_are_not_taken_for_a_full_disk():
+    from biocheck.cli import _run
+    from biocheck.io import disk_full
+
+    def stage():
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError):
+        _run(stage)
+    full = OSError(28, "No space left on device")
+    try:
+        raise RuntimeError("file write failed") from full
+    except RuntimeError as wrapped:
+        assert disk_full(wrapped)  # through the chain of causes
+    assert not disk_full(OSError(13, "Permission denied"))

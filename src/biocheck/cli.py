@@ -122,6 +122,13 @@ def _run(fn, *args, on_interrupt: str = RERUN, **kwargs):
         _fail(str(e))
     except KeyboardInterrupt:
         _fail(on_interrupt, code=130)
+    except Exception as e:  # the device filled up mid-write (a checkpoint, the evidence store): no traceback
+        from biocheck.io import disk_full
+
+        if not disk_full(e):
+            raise
+        _fail(f"no space left on the device ({type(e).__name__}: {str(e).splitlines()[0][:200]}): free some "
+              "space (`df -h`; old checkpoints, `dvc gc`) and rerun the command; finished work is kept")
 
 
 @app.callback()

@@ -27,6 +27,23 @@ class InputError(Exception):
     """Bad input data: the message says what is wrong, where, and how to fix it."""
 
 
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) is the device or quota running out of space: an OSError's errno, or
+    the text a library wraps it in (safetensors: "I/O error: No space left on device (os error 28)")."""
+    import errno
+
+    seen: BaseException | None = exc
+    for _ in range(8):  # the chain of causes, not unbounded
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(seen) or "Disk quota exceeded" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 @contextlib.contextmanager
 def atomic_path(dest: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success it replaces `dest`, on error it vanishes."""
