@@ -101,11 +101,10 @@ class SharedPrefixMixin:
 
     def _compute_loss(self, model, inputs):  # type: ignore[override]
         mask = inputs["completion_mask"]
-        self._loss_mask = mask * inputs["tool_mask"] if "tool_mask" in inputs else mask  # as TRL's loss masks
-        if inputs.get("old_per_token_logps") is not None:
-            # the ratio to log-probs TRL scored everywhere would be exp(-old) at an unscored position: up to inf,
-            # and inf * 0 is NaN. Without them (one iteration, no vLLM) TRL takes the ratio to these very log-probs.
-            self._loss_mask = None
+        # Not with old log-probs TRL scored everywhere: the ratio exp(0 - old) at an unscored position could be inf,
+        # and inf * 0 is NaN. Without them (one iteration, no vLLM) TRL takes the ratio to these very log-probs.
+        if inputs.get("old_per_token_logps") is None:
+            self._loss_mask = mask * inputs["tool_mask"] if "tool_mask" in inputs else mask  # as TRL's loss masks
         try:
             return super()._compute_loss(model, inputs)  # type: ignore[misc]
         finally:
