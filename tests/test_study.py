@@ -506,7 +506,7 @@ def test_a_study_runs_through_dvc_and_a_killed_one_resumes_without_redoing_units
                              study.stages(study.study_config(yaml.safe_load((work / "params.yaml").read_text())))}
 
     metrics = json.loads((work / "metrics" / "study.json").read_text())
-    assert metrics["seeds"] == 2 and set(metrics["scifact"]) == {"accuracy", "ehr", "eqs", "citing_rate"}
+    assert metrics["seeds"] == 2 and set(metrics["scifact"]) == {"accuracy", "ehr", "eqs", "citing_rate", "grounded_rate"}
     report = json.loads((work / "reports" / "study.json").read_text())
     assert report["size"]["claims"] == {"scifact": 2} and len(report["units"]) == 5
     assert all(u["step"] in (1, 2) and Path(u["checkpoint"]).parent == work.joinpath("study/checkpoints", n).relative_to(work)

@@ -52,7 +52,7 @@ class StudyConfig:
     datasets: list[str] = field(default_factory=lambda: ["scifact"])  # held-out claims (evaluate's dataset names)
     limit: Count | None = None  # the first N claims of each dataset (null: all)
     full_split: bool = False  # claims from the whole test split (data/prepared/full), not the profile's data.subset
-    metrics: list[str] = field(default_factory=lambda: ["accuracy", "ehr", "eqs", "citing_rate"])
+    metrics: list[str] = field(default_factory=lambda: ["accuracy", "ehr", "eqs", "citing_rate", "grounded_rate"])
     reference: str = "eg_grpo"  # the variant every difference starts from
     resamples: Count = 2000  # two-level bootstrap resamples
 
