@@ -24,7 +24,9 @@ Needs the profile's data, index, base model, judge and warm start (`dvc repro sf
 minute). Writes OUT (default bench/results/grpo_profile.json, one entry per --label, others kept).
 
 --compare runs each named speed setting (SETTINGS below) in its own process, in the order A B A B ... (--rounds),
-so drift on a noisy machine hits every setting alike; the ratio is of per-step medians.
+so drift on a noisy machine hits every setting alike; the ratio is of per-step medians, and `totals` adds the
+ratio of all steps' seconds, paired by step (step k trains on the same claim in every setting), with a bootstrap
+interval over those steps. --seed sets train.seed for every run: the same claims, other sampled episodes.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "baseline": {},
     "old": {"rev": OLD_REV, "params": {"agent.max_new_tokens": "train.max_completion_length",
                                        "train.share_prompt": False, "train.prompt_cache": False,
-                                       "train.loss_tokens_only": False}},
+                                       "train.loss_tokens_only": False, "train.cdf_sampling": False}},
     "threads1": {"env": {"OMP_NUM_THREADS": "1"}},
     # bf16 autocast (train.bf16): fp32 master weights, matmuls in bf16 (3x fp32's rate on an avx512_bf16 CPU)
     "bf16": {"params": {"train.bf16": True}},
@@ -81,6 +83,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "no_prompt_cache": {"params": {"train.prompt_cache": False}},
     # the shared prompt's loss with TRL's head over every completion position, the search results included
     "no_loss_only": {"params": {"train.loss_tokens_only": False}},
+    # rollouts sample with torch.multinomial (transformers' own), not one uniform a row
+    "no_cdf_sampling": {"params": {"train.cdf_sampling": False}},
     # neither: the profile as it was before both
     "no_prefix": {"params": {"train.share_prompt": False, "train.prompt_cache": False}},
 }
@@ -320,8 +324,28 @@ def summarise(steps: list[dict], after: dict[str, list[float]]) -> dict:
             "peak_rss_gb": max(s["peak_rss_gb"] for s in steps)}
 
 
+def paired_totals(base: list[dict], other: list[dict]) -> dict:
+    """All steps of `base`'s runs against `other`'s, paired by round and step (step k trains on the same claim in
+    every setting): the seconds and tokens of all of them, the ratio of the totals (base / other: a speed-up above
+    1), each step's ratio, and a 95% bootstrap interval of the ratio of totals over the paired steps."""
+    from scipy import stats
+
+    pairs = [(x, y) for rb, ro in zip(base, other, strict=False) if "steps" in rb and "steps" in ro
+             for x, y in zip(rb["steps"], ro["steps"], strict=False)]
+    b = [x["seconds"] for x, _ in pairs]
+    o = [y["seconds"] for _, y in pairs]
+    out = {"steps": len(pairs), "seconds": [round(sum(b), 1), round(sum(o), 1)],
+           "tokens": [sum(x["tokens"] for x, _ in pairs), sum(y["tokens"] for _, y in pairs)],
+           "ratio": round(sum(b) / sum(o), 3), "step_ratios": [round(x / y, 2) for x, y in zip(b, o, strict=True)]}
+    if len(pairs) >= 3:  # a steps' resampling says how much the total rests on which claims came up
+        ci = stats.bootstrap((b, o), lambda x, y: sum(x) / sum(y), paired=True, vectorized=False,
+                             n_resamples=2000, random_state=0, method="percentile").confidence_interval
+        out["ratio_95ci"] = [round(float(ci.low), 3), round(float(ci.high), 3)]
+    return out
+
+
 def run_one(params_path: Path, steps_n: int, setting: str, trace: Path | None, torch_profile: bool,
-            validate_start: bool) -> dict:
+            validate_start: bool, seed: int | None = None) -> dict:
     """One training run of `steps_n` steps (plus one profiled step) in a scratch folder; its timings."""
     os.environ.setdefault("BIOCHECK_TRACKING", "off")
     from biocheck.params import load_params
@@ -343,7 +367,7 @@ def run_one(params_path: Path, steps_n: int, setting: str, trace: Path | None, t
                                           check=True, stdout=subprocess.PIPE, text=True).stdout)
             params_path = old
         params = apply(load_params(params_path), {
-            **overrides, "train.out_dir": str(Path(tmp) / "ckpt"), "train.metrics_path": None, "train.max_steps": n,
+            **overrides, **({"train.seed": seed} if seed is not None else {}), "train.out_dir": str(Path(tmp) / "ckpt"), "train.metrics_path": None, "train.max_steps": n,
             "train.eval_steps": n, "train.save_steps": n, "train.eval_on_start": validate_start})
         t0 = time.perf_counter()
         train_stage(params, progress=False)
@@ -371,13 +395,16 @@ def main() -> int:
     ap.add_argument("--compare", nargs="+", choices=sorted(SETTINGS), default=None,
                     help="speed settings to run side by side (each in its own process, A B A B ...)")
     ap.add_argument("--rounds", type=int, default=2, help="with --compare: runs of each setting")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="train.seed for every run (default: the params'): other seeds sample other episodes")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # a --compare child: one run, JSON on stdout
     a = ap.parse_args()
     if a.steps < 1:
         ap.error("--steps must be >= 1")
 
     if a.one:
-        print(json.dumps(run_one(a.params, a.steps, a.one, None, torch_profile=False, validate_start=False)))
+        print(json.dumps(run_one(a.params, a.steps, a.one, None, torch_profile=False, validate_start=False,
+                                 seed=a.seed)))
         return 0
 
     from biocheck.params import load_params
@@ -389,6 +416,7 @@ def main() -> int:
             for setting in a.compare:
                 print(f"round {r + 1}/{a.rounds}: {setting}", file=sys.stderr, flush=True)
                 cmd = [sys.executable, __file__, "--params", str(a.params), "--steps", str(a.steps), "--one", setting]
+                cmd += ["--seed", str(a.seed)] if a.seed is not None else []
                 env = {**os.environ, **SETTINGS[setting].get("env", {})}
                 proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
                 if proc.returncode:  # e.g. killed for memory: recorded, the other settings still run
@@ -409,8 +437,10 @@ def main() -> int:
                  if base in ok else {},
                  "peak_rss_gb": {s: max(x["summary"]["peak_rss_gb"] for x in runs[s] if "summary" in x) for s in ok},
                  "failed": {s: [x["failed"] for x in runs[s] if "failed" in x] for s in a.compare
-                            if s not in ok}}
-        label = f"{label}:compare:{'-vs-'.join(a.compare)}"
+                            if s not in ok},
+                 "totals": {s: paired_totals(runs[base], runs[s]) for s in ok if s != base} if base in ok else {},
+                 "seed": a.seed}
+        label = f"{label}:compare:{'-vs-'.join(a.compare)}" + (f":seed{a.seed}" if a.seed is not None else "")
     else:
         entry = run_one(a.params, a.steps, "baseline", a.trace, torch_profile=a.torch_profile,
                         validate_start=False)

@@ -65,12 +65,13 @@ def test_generation_from_the_prompt_cache_is_generation_from_scratch(tiny_model,
     for mine, theirs in zip(cached.scores, plain.scores, strict=True):  # every row's logits at every token
         assert torch.allclose(mine, theirs, atol=1e-4)
     assert tuple(calls[0]) == (1, 30)  # the prefix, once, at batch 1
-    assert tuple(calls[1]) == (3, ids.size(1) - 30)  # generate's prefill: only what follows it in row 0
+    # each row's own tokens but its last, alone (no padding computed), then generate's prefill: the last column
+    assert [tuple(c) for c in calls[1:5]] == [(1, 8), (1, 3), (1, 13), (3, 1)]
     assert config.cache_implementation == cache  # the caller's config is left as it was
     # a later turn under the same weights: the prompt is not computed again
     calls.clear()
     again = store.generate(model.generate, model, "v1", input_ids=ids, attention_mask=mask, generation_config=config)
-    assert torch.equal(again.sequences, plain.sequences) and tuple(calls[0])[0] == 3
+    assert torch.equal(again.sequences, plain.sequences) and tuple(calls[0]) == (1, 8)
     calls.clear()
     store.generate(model.generate, model, "v2", input_ids=ids, attention_mask=mask, generation_config=config)
     assert tuple(calls[0]) == (1, 30)  # new weights: computed again
@@ -110,3 +111,69 @@ def test_a_batch_without_a_common_prefix_is_generated_as_given(tiny_model):
     config = GenerationConfig(max_new_tokens=2, do_sample=False, pad_token_id=0)
     PromptCache().generate(generate, model, 0, input_ids=ids, attention_mask=mask, generation_config=config)
     assert seen == [None]
+
+
+def test_identical_rows_run_their_own_tokens_once(tiny_model):
+    """A group's rows share their whole prompt before the first answer; in validation, claims come in pairs."""
+    from transformers import GenerationConfig
+
+    from biocheck.train.prompt_cache import PromptCache
+
+    model = _model(tiny_model)
+    ids, mask = _batch(tails=(9, 9, 14))
+    ids, mask = torch.cat([ids, ids[2:]]), torch.cat([mask, mask[2:]])
+    ids[1] = ids[0]  # rows 0 and 1 alike, rows 2 and 3 alike
+    config = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, output_scores=True,
+                              return_dict_in_generate=True)
+    plain = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    calls = []
+    real_forward = model.forward
+
+    @functools.wraps(real_forward)
+    def forward(*args, **kwargs):
+        calls.append(tuple(kwargs.get("input_ids", args[0] if args else None).shape))
+        return real_forward(*args, **kwargs)
+
+    model.forward = forward
+    cached = PromptCache().generate(model.generate, model, 0, input_ids=ids, attention_mask=mask,
+                                    generation_config=config)
+    assert torch.equal(cached.sequences, plain.sequences)
+    for mine, theirs in zip(cached.scores, plain.scores, strict=True):
+        assert torch.allclose(mine, theirs, atol=1e-4)
+    assert calls[:4] == [(1, 30), (1, 8), (1, 13), (4, 1)]
+
+
+def test_the_static_cache_attends_over_what_it_holds(tiny_model):
+    """UsedStaticCache: preallocated like transformers' StaticCache, but a step's attention and mask cover the
+    positions written so far; the logits are StaticCache's."""
+    from transformers import GenerationConfig, StaticCache
+
+    from biocheck.train.prompt_cache import used_static_cache
+
+    model = _model(tiny_model)
+    ids, mask = _batch()
+    config = GenerationConfig(max_new_tokens=10, do_sample=False, pad_token_id=0, output_scores=True,
+                              return_dict_in_generate=True)
+    room = ids.size(1) + 50
+    cache = used_static_cache()(config=model.config, max_cache_len=room)
+    widths = []
+    real = type(cache.layers[0]).update
+
+    def update(self, *args, **kwargs):
+        keys, values = real(self, *args, **kwargs)
+        widths.append(keys.size(2))
+        return keys, values
+
+    type(cache.layers[0]).update = update
+    try:
+        mine = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, cache=cache)
+    finally:
+        type(cache.layers[0]).update = real
+    theirs = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                            cache=StaticCache(config=model.config, max_cache_len=room))
+    assert torch.equal(mine.sequences, theirs.sequences)
+    for a, b in zip(mine.scores, theirs.scores, strict=True):
+        assert torch.allclose(a, b, atol=1e-4)
+    layers = model.config.num_hidden_layers
+    assert widths[::layers] == list(range(ids.size(1), ids.size(1) + 10))  # not `room` at every step
+    assert cache.layers[0].keys.size(2) == room  # still one preallocated tensor, written in place

@@ -1052,6 +1052,26 @@ def test_the_shared_prompt_in_rollouts_and_loss_is_the_same_training(project, mo
         assert theirs["grad_norm"] == pytest.approx(mine["grad_norm"], rel=1e-4, abs=1e-7)
 
 
+@pytest.mark.slow
+def test_rollouts_draw_with_the_cdf_sampler_where_it_is_on(project, monkeypatch):
+    """train.cdf_sampling (train/sampling.py): every rollout token, in training and validation, is drawn by
+    InverseCDFSampler and none by torch.multinomial; off, transformers' own sampling draws them all."""
+    import torch
+
+    from biocheck.train.sampling import InverseCDFSampler
+
+    draws, multinomial = [], []
+    real_call, real_multinomial = InverseCDFSampler.__call__, torch.multinomial
+    monkeypatch.setattr(InverseCDFSampler, "__call__",
+                        lambda self, ids, scores: (draws.append(scores.size(0)), real_call(self, ids, scores))[1])
+    monkeypatch.setattr(torch, "multinomial", lambda *a, **k: (multinomial.append(1), real_multinomial(*a, **k))[1])
+    on = _train_rows(project, "cdf", 1, cdf_sampling=True)
+    assert draws and not multinomial and on[0]["completions/mean_length"] > 0
+    draws.clear()
+    _train_rows(project, "multinomial", 1, cdf_sampling=False)
+    assert multinomial and not draws
+
+
 def test_sft_refuses_a_wrong_out_dir_before_training(wiring):
     from biocheck.io import InputError
     from biocheck.pipeline import sft_stage

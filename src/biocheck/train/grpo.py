@@ -22,6 +22,7 @@ from biocheck.io import write_json_atomic
 from biocheck.params import check_nested
 from biocheck.train.prefix import SharedPrefixMixin
 from biocheck.train.prompt_cache import PromptCacheMixin
+from biocheck.train.sampling import CDFSamplingMixin
 from biocheck.train.sft import SFTConfig
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,10 @@ class TrainConfig:
     # Rollouts compute the rows' shared prompt once per optimizer step, not per row and turn (train/prompt_cache.py):
     # the same episodes up to float rounding. Off: TRL's own generate, each turn from scratch.
     prompt_cache: bool = True
+    # Rollouts draw each token by inverting the cumulative distribution (one uniform a row), not torch.multinomial
+    # (an exponential per vocabulary entry on a CPU), where they sample with a temperature alone
+    # (train/sampling.py): the same distribution, other draws for one seed. Off: transformers' own sampling.
+    cdf_sampling: bool = True
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     # vllm_mode "server": the `trl vllm-serve` server on its own GPU (docs/orchestration.md, multi-GPU training)
@@ -306,12 +311,13 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
     from biocheck.train.callbacks import TrainProgress, train_log
 
     class BioCheckGRPOTrainer(ConsoleMixin, NoEvalLossMixin, TimedMixin, UnknownToolsMixin, GenerationCopyMixin,
-                              PromptCacheMixin, SharedPrefixMixin, GRPOTrainer):
+                              PromptCacheMixin, CDFSamplingMixin, SharedPrefixMixin, GRPOTrainer):
         console = TrainProgress(bar=progress, every=progress_every(cfg))
         generation_dtype = cfg.generation_dtype
         share_prompt = cfg.share_prompt
         loss_tokens_only = cfg.loss_tokens_only
         prompt_cache = cfg.prompt_cache
+        cdf_sampling = cfg.cdf_sampling
 
     callbacks = list(callbacks or [])
     if "mlflow" in report_to:  # our MLflow callback (callbacks.train_log), not the stock one report_to adds,

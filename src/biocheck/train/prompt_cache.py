@@ -3,9 +3,12 @@
 Every row of a rollout batch starts with the same tokens (the system prompt and tool schema; within a group
 the whole prompt, 841 tokens for smol), and TRL's tool loop generates each turn from scratch: turn 0
 prefills the prompt once per row, turn 1 prefills it again under the search results. About 60% of a smol
-step's generation was that prefill. Here the rows' longest common prefix runs once (batch 1, no gradients),
-its keys and values are placed under each row's left padding in the cache `generate` starts from, and
-`generate` prefills only the rest. The prefix is kept for later turns until the weights change.
+step's generation was that prefill. Here the rows' longest common prefix runs once (batch 1, no gradients)
+and is kept for later turns until the weights change. Each row's own tokens after it (its first answer, the
+search results) then run on top of it one row at a time, so the left padding TRL adds up to the longest row is
+never computed (up to a third of a turn's prefill). All of it is placed after each row's padding in the cache
+`generate` starts from, and `generate` prefills only the last column. A static cache (`UsedStaticCache`) is
+preallocated for the turn but attends over the positions written so far.
 
 Exact up to float rounding: TRL pads prompts on the left and `generate` numbers positions from the attention
 mask, so a prompt token's keys and values do not depend on its row's padding (tests/test_prompt_cache.py).
@@ -64,9 +67,9 @@ class PromptCache:
 
     def generate(self, generate, model, version, *args, input_ids=None, attention_mask=None,
                  generation_config=None, **kwargs):
-        """`model.generate` from a cache that holds the rows' common prefix (`generate`: the original)."""
+        """`model.generate` from a cache that holds every row but its last token (`generate`: the original)."""
         import torch
-        from transformers import DynamicCache, StaticCache
+        from transformers import DynamicCache
 
         found = None if args or kwargs.get("cache") is not None or input_ids is None or attention_mask is None \
             else plan(input_ids, attention_mask)
@@ -76,30 +79,81 @@ class PromptCache:
                             generation_config=generation_config, **kwargs)
         pads, common = found
         first = pads.index(min(pads))
-        layers = self.prefix(model, version, input_ids[first:first + 1, pads[first]:pads[first] + common])
-        common = layers[0][0].size(2)
-        start = min(pads) + common  # positions [0, start) of every row come from the cache
-        rows, width = input_ids.size(0), input_ids.size(1)
+        shared = self.prefix(model, version, input_ids[first:first + 1, pads[first]:pads[first] + common])
+        last = input_ids.size(1) - 1  # each row's last token goes through `generate` (its first logits)
+        rows = own_rows(model, shared, [input_ids[r, pad + shared[0][0].size(2):last] for r, pad in enumerate(pads)])
         if config.cache_implementation == "static":
             longest = max(n for n in (config.max_new_tokens, model.generation_config.max_new_tokens,
                                       getattr(config, "max_length", None)) if n)
-            cache = StaticCache(config=model.config, max_cache_len=width + longest)
+            cache = used_static_cache()(config=model.config, max_cache_len=last + 1 + longest)
         else:
             cache = DynamicCache(config=model.config)
-        for i, (k, v) in enumerate(layers):
-            keys = k.new_zeros(rows, k.size(1), start, k.size(3))
-            values = v.new_zeros(rows, v.size(1), start, v.size(3))
-            for r, pad in enumerate(pads):  # a row's prompt starts after its padding
-                n = max(0, min(start - pad, common))
-                if n:
-                    keys[r, :, pad:pad + n] = k[0, :, :n]
-                    values[r, :, pad:pad + n] = v[0, :, :n]
+        for i, (k, v) in enumerate(shared):
+            keys = k.new_zeros(len(pads), k.size(1), last, k.size(3))
+            values = v.new_zeros(len(pads), v.size(1), last, v.size(3))
+            for r, pad in enumerate(pads):  # a row's tokens start after its padding
+                keys[r, :, pad:], values[r, :, pad:] = rows[r][i]
             cache.update(keys, values, i)
         config = copy.deepcopy(config)
         config.cache_implementation = None  # the cache is given
         with torch.no_grad():
             return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config,
                             cache=cache, **kwargs)
+
+
+def own_rows(model, shared: list[tuple[Any, Any]], tails: list) -> list[list[tuple[Any, Any]]]:
+    """Each row's keys and values: the shared prefix's, then its own tokens (`tails`, 1-d) run on top of them
+    one row at a time, so no padding is computed (TRL pads a turn's rows to the longest: search results differ in
+    length). Identical tails (a group's rows before their first answer) run once."""
+    import torch
+    from transformers import DynamicCache
+
+    done: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}
+    out = []
+    for tail in tails:
+        key = tuple(tail.tolist())
+        if key not in done:
+            if not key:
+                done[key] = shared
+            else:
+                cache = DynamicCache(config=model.config)
+                for i, (k, v) in enumerate(shared):
+                    cache.update(k, v, i)
+                with torch.no_grad():  # positions follow the prefix's: a row's own tokens are not padded here
+                    cache = model(input_ids=tail[None], cache=cache, use_cache=True, logits_to_keep=1).cache
+                done[key] = [(layer.keys, layer.values) for layer in cache.layers]
+        out.append(done[key])
+    return out
+
+
+@functools.cache
+def used_static_cache():
+    """The class (transformers is imported on first use)."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    class UsedLayer(StaticLayer):
+        """A static layer whose attention reads the positions written so far, not all it holds: a decoding
+        step's attention reads the whole cache, so preallocating a turn's 384 tokens cost up to a third more."""
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            keys, values = super().update(key_states, value_states, *args, **kwargs)
+            n = int(self.cumulative_length)
+            return keys[:, :, :n], values[:, :, :n]
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return (int(self.cumulative_length) if self.is_initialized else 0) + query_length, 0
+
+    class UsedStaticCache(StaticCache):
+        """transformers' StaticCache (preallocated, written in place: no copy of the cache at every token) with
+        attention over the written positions only (UsedLayer). Full-attention layers only, as SmolLM2 and Qwen3."""
+
+        def __init__(self, config, max_cache_len: int, **kwargs) -> None:
+            super().__init__(config=config, max_cache_len=max_cache_len, **kwargs)
+            if all(type(layer) is StaticLayer for layer in self.layers):
+                self.layers = [UsedLayer(max_cache_len=max_cache_len) for _ in self.layers]
+
+    return UsedStaticCache
 
 
 class PromptCacheMixin:
@@ -125,4 +179,4 @@ class PromptCacheMixin:
             del model.generate
 
 
-__all__ = ["PromptCache", "PromptCacheMixin", "plan"]
+__all__ = ["PromptCache", "PromptCacheMixin", "own_rows", "plan", "used_static_cache"]
