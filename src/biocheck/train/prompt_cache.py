@@ -16,6 +16,7 @@ mask, so a prompt token's keys and values do not depend on its row's padding (te
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 from typing import Any
@@ -156,6 +157,21 @@ def used_static_cache():
     return UsedStaticCache
 
 
+@contextlib.contextmanager
+def generate_wrapped(model, wrapper):
+    """`model.generate` replaced by `wrapper(model.generate)` for one rollout turn; what stood there before (another
+    mixin's wrapper, or none: the class's method) is put back after it."""
+    before = model.__dict__.get("generate")
+    model.generate = wrapper(model.generate)
+    try:
+        yield
+    finally:
+        if before is None:
+            del model.generate
+        else:
+            model.generate = before
+
+
 class PromptCacheMixin:
     """GRPOTrainer mixin: each rollout turn's `generate` starts from the rows' shared prompt (module docstring).
     Placed after GenerationCopyMixin, it wraps whichever model generates: the bfloat16 copy or the policy."""
@@ -172,11 +188,8 @@ class PromptCacheMixin:
         store = self.__dict__.setdefault("_prompt_cache", PromptCache())
         # the weights change at each optimizer step; the copy and the policy hold different tensors
         version = (self.state.global_step, id(model))
-        model.generate = functools.partial(store.generate, model.generate, model, version)
-        try:
+        with generate_wrapped(model, lambda generate: functools.partial(store.generate, generate, model, version)):
             return super()._generate_single_turn(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            del model.generate
 
 
-__all__ = ["PromptCache", "PromptCacheMixin", "own_rows", "plan", "used_static_cache"]
+__all__ = ["PromptCache", "PromptCacheMixin", "generate_wrapped", "own_rows", "plan", "used_static_cache"]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from biocheck.train.prompt_cache import generate_wrapped
+
 
 class InverseCDFSampler:
     """A transformers logits processor: scores -> softmax(scores / temperature) -> one token per row."""
@@ -75,15 +77,8 @@ class CDFSamplingMixin:
         if (not self.cdf_sampling or self.use_vllm or self.use_transformers_continuous_batching
                 or not isinstance(model, PreTrainedModel)):
             return super()._generate_single_turn(*args, **kwargs)  # type: ignore[misc]
-        before = model.__dict__.get("generate")  # the prompt cache's wrapper, or none (the class's method)
-        model.generate = sampled(model.generate, model)
-        try:
+        with generate_wrapped(model, lambda generate: sampled(generate, model)):  # over the prompt cache's
             return super()._generate_single_turn(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            if before is None:
-                del model.generate
-            else:
-                model.generate = before
 
 
 __all__ = ["CDFSamplingMixin", "InverseCDFSampler", "plain_sampling", "sampled"]
