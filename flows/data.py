@@ -1,4 +1,5 @@
-"""Prefect flow `biocheck-data`: fetch -> prepare -> validate, each its DVC stage (flows/tasks.py).
+"""Prefect flow `biocheck-data`: the data area of dvc.yaml (`validate` and every stage upstream of it: fetch ->
+prepare -> validate today), each its DVC stage in DVC's order (biocheck/orchestration/plan.py, flows/tasks.py).
 
 Fails with the validation summary (also a markdown artifact, key `validation`) when the data does not pass.
 `python flows/data.py [params.yaml]` runs it on that project without a Prefect server (Prefect starts a
@@ -15,8 +16,8 @@ if __package__ != "flows":  # run as a script: make the `flows` package (the rep
 
 from prefect import flow  # noqa: E402
 
-from biocheck.orchestration import dvc, entry  # noqa: E402
-from flows.tasks import DataValidationError, fetch_task, main, prepare_task, validate_task  # noqa: E402
+from biocheck.orchestration import dvc, entry, plan  # noqa: E402
+from flows.tasks import DataValidationError, main, run_stages  # noqa: E402
 
 __all__ = ["DataValidationError", "data_flow"]
 
@@ -26,7 +27,7 @@ def data_flow(params: str = "params.yaml", root: str = ".") -> dict:
     """Fetch the releases, prepare the splits and validate them; fails if validation fails."""
     with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
         root = str(dvc.params_file(root, params).parent)
-        return {"fetch": fetch_task(root), "prepare": prepare_task(root), "validate": validate_task(root)}
+        return run_stages(plan.areas(dvc.pipeline(root))["data"], root)
 
 
 if __name__ == "__main__":

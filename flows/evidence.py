@@ -1,4 +1,5 @@
-"""Prefect flow `biocheck-evidence`: the evidence stage (local search index, evidence store) through DVC.
+"""Prefect flow `biocheck-evidence`: the evidence area of dvc.yaml (the `evidence` stage: local search index,
+evidence store, and any stage upstream of it that the data flow does not run), through DVC.
 
 `python flows/evidence.py [params.yaml]`. (Re-running recorded live queries is flows/refresh.py.)
 """
@@ -13,8 +14,8 @@ if __package__ != "flows":  # run as a script: make the `flows` package (the rep
 
 from prefect import flow  # noqa: E402
 
-from biocheck.orchestration import dvc, entry  # noqa: E402
-from flows.tasks import evidence_task, main  # noqa: E402
+from biocheck.orchestration import dvc, entry, plan  # noqa: E402
+from flows.tasks import main, run_stages  # noqa: E402
 
 
 @flow(name="biocheck-evidence", log_prints=True)
@@ -22,7 +23,7 @@ def evidence_flow(params: str = "params.yaml", root: str = ".") -> dict:
     """Index the prepared corpus (and any baseline files) and open the evidence store."""
     with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
         root = str(dvc.params_file(root, params).parent)
-        return {"evidence": evidence_task(root)}
+        return run_stages(plan.areas(dvc.pipeline(root))["evidence"], root)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""Prefect flow `biocheck-pipeline`: the whole DVC pipeline, stage by stage, with the DVC remote around it.
+"""Prefect flow `biocheck-pipeline`: every stage of dvc.yaml, in DVC's order, with the DVC remote around it.
 
-dvc pull (orchestrate.dvc_remote) -> data (fetch, prepare, validate) -> evidence -> train (model, judge, train
-and select for each reward variant) -> evaluate (metric table artifact) -> dvc push, only after success.
-Each step is a sub-flow or task of flows/tasks.py running its DVC stage, so DVC skips what is up to date.
+dvc pull (orchestrate.dvc_remote) -> data (fetch, prepare, validate) -> evidence -> train (model, judges, warm
+start, reward audit, train and select for each reward variant) -> evaluate (metric table artifact) -> dvc push,
+only after success. The areas and their stages are read from dvc.yaml through DVC's own graph
+(biocheck/orchestration/plan.py), so a stage added there runs with no flow edited. Each step is a sub-flow or
+task of flows/tasks.py running its DVC stage, so DVC skips what is up to date.
 Training runs in-process, or, with orchestrate.train_deployment set, as that Prefect deployment (the `gpu`
 work pool), waited for. `python flows/pipeline.py [params.yaml]` runs it without a Prefect server
 (a temporary local one), or on the server PREFECT_API_URL names. Its stages log to MLflow as one pipeline
@@ -26,13 +28,12 @@ from prefect.runtime import flow_run  # noqa: E402
 
 from biocheck import tracking  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
-from biocheck.orchestration import dvc, entry  # noqa: E402
+from biocheck.orchestration import dvc, entry, plan  # noqa: E402
 from biocheck.pipeline import orchestrate_config  # noqa: E402
-from biocheck.rewards.components import VARIANTS  # noqa: E402
 from biocheck.wiring import params_of  # noqa: E402
 from flows.data import data_flow  # noqa: E402
 from flows.evidence import evidence_flow  # noqa: E402
-from flows.tasks import evaluate_task, main, pull_task, push_task  # noqa: E402
+from flows.tasks import main, pull_task, push_task, run_stages  # noqa: E402
 from flows.train import train_flow  # noqa: E402
 
 
@@ -45,6 +46,7 @@ def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = Tru
         path = dvc.params_file(root, params)
         root, params = str(path.parent), str(path)
         cfg = orchestrate_config(params_of(path))
+        areas = plan.areas(dvc.pipeline(root))  # a dvc.yaml DVC cannot read fails before anything runs
         remote = cfg.dvc_remote
         if remote and (pull or push):
             dvc.check_remote(root, remote)  # a missing remote fails now, not after hours of training
@@ -53,16 +55,17 @@ def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = Tru
             out["pull"] = pull_task(root, remote)
         out["data"] = data_flow(params=params, root=root)
         out["evidence"] = evidence_flow(params=params, root=root)
-        out["train"] = train_step(params, root, cfg.train_deployment)
-        out["evaluate"] = evaluate_task(root)
+        out["train"] = train_step(params, root, cfg.train_deployment, areas["train"])
+        out["evaluate"] = run_stages(areas["evaluate"], root)
         if remote and push:
             push_task(root, remote)
             out["push"] = remote
         return out
 
 
-def train_step(params: str, root: str, deployment: str | None) -> dict:
-    """The training flow in-process, or as `deployment` (FLOW/DEPLOYMENT) on its work pool, waited for.
+def train_step(params: str, root: str, deployment: str | None, stages: list[str]) -> dict:
+    """The training flow in-process, or as `deployment` (FLOW/DEPLOYMENT) on its work pool, waited for; then
+    `stages` (the train area) must be up to date here.
 
     The deployment's worker must share this project directory: DVC records what it ran in dvc.lock here.
     """
@@ -81,7 +84,7 @@ def train_step(params: str, root: str, deployment: str | None) -> dict:
         raise InputError(f"training deployment {deployment} ended "
                          f"{state.name if state else 'without a state'} (flow run {run.id}): "
                          f"{(state.message if state else '') or 'see that run'}; rerun the pipeline to resume")
-    stale = dvc.status(root, [f"{stage}@{v}" for stage in ("train", "select") for v in VARIANTS])
+    stale = dvc.status(root, stages)
     if stale:
         raise InputError(f"training deployment {deployment} completed, but {', '.join(sorted(stale))} are not up "
                          f"to date in {root}: its worker must run in this project directory (a shared file "

@@ -12,6 +12,10 @@ cluster of several hosts each host has its own limiter and SQLite must not sit o
 system: refresh on one host (the default LocalCluster), or give each host its own NCBI_API_KEY and
 store.
 
+A store with no PubMed query to re-run (a profile that searches the local index, search.backend: local) makes
+the flow run complete with nothing refreshed and a warning saying why: the nightly schedule has nothing to do
+that night, which is not a failure. (The standalone script, asked by hand, says so in one error line.)
+
 After a successful refresh the store is committed to DVC (`dvc commit evidence`) when the params' folder is a
 DVC project, so the scheduled pipeline's `dvc push` carries it. The entrypoint of the
 `evidence-refresh-nightly` deployment; standalone: `python flows/refresh.py [params.yaml]` (a failure prints
@@ -33,7 +37,14 @@ from biocheck.evaluate.shards import split
 from biocheck.orchestration import dvc, entry
 from biocheck.orchestration.dask import task_runner
 from biocheck.pipeline import orchestrate_config, refresh_stage
-from biocheck.pubmed.refresh import QueryChange, RefreshConfig, recorded_queries, refresh_queries
+from biocheck.pubmed.refresh import (
+    NothingToRefresh,
+    QueryChange,
+    RefreshConfig,
+    recorded_queries,
+    refresh_queries,
+    summarize,
+)
 from biocheck.wiring import params_of, refresh_config
 
 STAGE = "evidence"  # the DVC stage whose `persist` output is the evidence store (dvc.yaml)
@@ -42,7 +53,12 @@ STAGE = "evidence"  # the DVC stage whose `persist` output is the evidence store
 # A refresh must always ask PubMed: no task reuses an earlier result.
 @task(name="refresh-queries", cache_policy=NO_CACHE)
 def queries_task(params: str, limit: int | None) -> list[str]:
-    return recorded_queries(refresh_config(params_of(params), limit=limit))
+    """The recorded PubMed queries; none (and a warning) when the store holds none."""
+    try:
+        return recorded_queries(refresh_config(params_of(params), limit=limit))
+    except NothingToRefresh as e:
+        entry.run_logger().warning("%s; this run refreshes nothing", e)
+        return []
 
 
 @task(name="refresh-shard", cache_policy=NO_CACHE)
@@ -105,7 +121,10 @@ def refresh_flow(params: str = "params.yaml", limit: int | None = None) -> dict:
         cfg = refresh_config(p, progress=False)
         cfg.search.store = cfg.search.store.resolve()  # a worker started in another folder opens the same file
         orchestrate = orchestrate_config(p)
-        parts = split(queries_task(params, limit), orchestrate.shards)
+        queries = queries_task(params, limit)
+        if not queries:  # nothing recorded: no report (an earlier one stays), no DVC commit
+            return {"summary": summarize([]), "queries": []}
+        parts = split(queries, orchestrate.shards)
         # The runner comes from params, so it is set at call time (a deployment runs this flow as it is).
         results = shards_flow.with_options(task_runner=task_runner(orchestrate))(cfg, parts)
         report = report_task(params, [change for part in results for change in part], limit)

@@ -1,8 +1,10 @@
 """The pipeline's Prefect tasks: one per DVC stage, each running `dvc repro --single-item STAGE`.
 
 DVC decides whether a stage is up to date, caches its outputs and records the run in dvc.lock; Prefect
-adds retries (network stages), timeouts, logs and UI artifacts. The area flows (data.py, evidence.py,
-train.py) and the pipeline flow (pipeline.py) call these tasks, never a second copy of a stage.
+adds retries (network stages), timeouts, logs and UI artifacts. Which stages a flow runs, and in what order,
+is read from dvc.yaml through DVC's own graph (biocheck.orchestration.plan): `run_stages` runs them, each as
+the task `task_for(stage)` gives. The area flows (data.py, evidence.py, train.py) and the pipeline flow
+(pipeline.py) call these, never a second copy of a stage.
 
 Timeouts (TIMEOUT_S) are upper bounds for the paper profile on one GPU host, far above the quickstart's
 minutes; a stage that reaches one is stopped (DVC and its command), fails the run, and its rerun resumes
@@ -18,8 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from prefect import task
+from prefect import Task, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
 
 from biocheck.io import InputError
 from biocheck.orchestration import dvc, entry
@@ -28,6 +31,7 @@ from biocheck.pipeline import evaluate_config
 from biocheck.wiring import params_of, validate_config
 
 HOUR = 3600
+# A stage's timeout by its name (before any @): stages dvc.yaml gains get DEFAULT_TIMEOUT_S until listed here.
 TIMEOUT_S = {
     "fetch": HOUR,  # two release downloads (retried below)
     "prepare": HOUR,
@@ -35,12 +39,19 @@ TIMEOUT_S = {
     "evidence": 12 * HOUR,  # the paper profile may index PubMed baseline files
     "model": 2 * HOUR,  # may download a multi-GB base model
     "judge": 4 * HOUR,  # one pass over the training pairs and one over the test pairs
+    "judge_eqs": 4 * HOUR,  # the second judge, the same recipe
     "sft": 12 * HOUR,  # the warm start both training runs begin from
+    "audit": 4 * HOUR,  # the start policy's groups on the audit's training claims
     "train": 72 * HOUR,  # one GRPO run; a rerun resumes from its last checkpoint
     "select": HOUR,
     "evaluate": 24 * HOUR,  # seven systems on the full test sets
     "dvc": 4 * HOUR,  # pull / push of every output
 }
+DEFAULT_TIMEOUT_S = 24 * HOUR
+RETRIED = frozenset({"fetch"})  # network stages (and dvc pull/push below)
+# Stages that run a model: a `gpu` work pool or tag concurrency limit (`prefect concurrency-limit create gpu 1`)
+# routes them.
+GPU = frozenset({"judge", "judge_eqs", "sft", "audit", "train"})
 RETRY_DELAYS_S = [10, 60]  # network stages: a hiccup, then a longer outage
 VALIDATION_KEY = "validation"  # Prefect artifact keys (lowercase letters, digits, dashes)
 METRICS_KEY = "eval-metrics"
@@ -59,24 +70,20 @@ def _params(root: str) -> tuple[Path, dict[str, Any]]:
     return path.parent, params_of(path)
 
 
-@task(name="fetch", retries=len(RETRY_DELAYS_S), retry_delay_seconds=RETRY_DELAYS_S, timeout_seconds=TIMEOUT_S["fetch"])
-def fetch_task(root: str = ".") -> dict[str, Any]:
-    return run_stage("fetch", root)
+# DVC decides what is up to date, so no task reuses an earlier task's result (Prefect's cache is off).
+@task(name="stage", task_run_name="{stage}", cache_policy=NO_CACHE)
+def stage_task(stage: str, root: str = ".") -> dict[str, Any]:
+    return run_stage(stage, root)
 
 
-@task(name="prepare", timeout_seconds=TIMEOUT_S["prepare"])
-def prepare_task(root: str = ".") -> dict[str, Any]:
-    return run_stage("prepare", root)
-
-
-@task(name="validate", timeout_seconds=TIMEOUT_S["validate"])
-def validate_task(root: str = ".") -> dict[str, Any]:
+@task(name="validate", task_run_name="{stage}", cache_policy=NO_CACHE)
+def validate_task(stage: str = "validate", root: str = ".") -> dict[str, Any]:
     """Run the validate stage. On failure its report becomes the error message and a markdown artifact."""
     project, params = _params(root)
     report_path = project / validate_config(params).report_path
     started = time.time()
     try:
-        result = run_stage("validate", root)
+        result = run_stage(stage, root)
     except dvc.DvcError:
         report = _report_since(report_path, started)
         if report is None or report["success"]:
@@ -100,46 +107,33 @@ def _report_since(path: Path, started: float) -> dict[str, Any] | None:
         return None
 
 
-@task(name="evidence", timeout_seconds=TIMEOUT_S["evidence"])
-def evidence_task(root: str = ".") -> dict[str, Any]:
-    return run_stage("evidence", root)
-
-
-@task(name="model", timeout_seconds=TIMEOUT_S["model"])
-def model_task(root: str = ".") -> dict[str, Any]:
-    return run_stage("model", root)
-
-
-@task(name="judge", tags=["gpu"], timeout_seconds=TIMEOUT_S["judge"])
-def judge_task(root: str = ".") -> dict[str, Any]:
-    return run_stage("judge", root)
-
-
-@task(name="sft", tags=["gpu"], timeout_seconds=TIMEOUT_S["sft"])
-def sft_task(root: str = ".") -> dict[str, Any]:
-    return run_stage("sft", root)
-
-
-# `gpu`: a work pool, or a tag concurrency limit (`prefect concurrency-limit create gpu 1`), routes it.
-@task(name="train", tags=["gpu"], task_run_name="train@{variant}", timeout_seconds=TIMEOUT_S["train"])
-def train_task(root: str = ".", variant: str = "eg_grpo") -> dict[str, Any]:
-    return run_stage(f"train@{variant}", root)
-
-
-@task(name="select", task_run_name="select@{variant}", timeout_seconds=TIMEOUT_S["select"])
-def select_task(root: str = ".", variant: str = "eg_grpo") -> dict[str, Any]:
-    return run_stage(f"select@{variant}", root)
-
-
-@task(name="evaluate", timeout_seconds=TIMEOUT_S["evaluate"])
-def evaluate_task(root: str = ".") -> dict[str, Any]:
+@task(name="evaluate", task_run_name="{stage}", cache_policy=NO_CACHE)
+def evaluate_task(stage: str = "evaluate", root: str = ".") -> dict[str, Any]:
     """Run the evaluate stage, then publish the metric table (system x dataset) as a table artifact."""
     project, params = _params(root)
-    result = run_stage("evaluate", root)
+    result = run_stage(stage, root)
     rows = metric_rows(json.loads((project / evaluate_config(params).metrics_path).read_text()))
     create_table_artifact(table=rows, key=METRICS_KEY,
                           description="Accuracy, macro-F1, EQS and EHR with 95% bootstrap intervals")
     return {**result, "rows": len(rows)}
+
+
+SPECIAL = {"validate": validate_task, "evaluate": evaluate_task}  # stages that also publish an artifact
+
+
+def task_for(stage: str) -> Task:
+    """The Prefect task that runs `stage` (called as task(stage, root)): named after the stage (before any @),
+    with its timeout, retries and tags."""
+    name = stage.partition("@")[0]
+    retries = len(RETRY_DELAYS_S) if name in RETRIED else 0
+    return SPECIAL.get(name, stage_task).with_options(
+        name=name, timeout_seconds=TIMEOUT_S.get(name, DEFAULT_TIMEOUT_S), retries=retries,
+        retry_delay_seconds=RETRY_DELAYS_S if retries else None, tags=["gpu"] if name in GPU else [])
+
+
+def run_stages(stages: list[str], root: str) -> dict[str, dict[str, Any]]:
+    """Each stage's task in turn (the order given: DVC's, from plan.py); the first failure stops the rest."""
+    return {stage: task_for(stage)(stage, root) for stage in stages}
 
 
 @task(name="dvc-pull", retries=len(RETRY_DELAYS_S), retry_delay_seconds=RETRY_DELAYS_S, timeout_seconds=TIMEOUT_S["dvc"])

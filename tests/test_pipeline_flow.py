@@ -4,7 +4,8 @@ The flow body runs as a plain function (`.fn`) with its sub-flows and tasks repl
 Prefect server, no DVC): the order pull -> data -> evidence -> train -> evaluate -> push, push only after
 success, a missing remote failing before anything runs, and the training deployment branch. The artifact
 builders (validation markdown, metric table rows) are checked on real validation and metric output.
-(The sub-flows running real DVC stages: tests/test_flow.py.)
+(Which stages each area runs, read from dvc.yaml: tests/test_flow_plan.py; the flows running real DVC
+stages under Prefect: tests/test_flow.py and tests/test_flow_e2e.py.)
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def steps(monkeypatch):
         return run
 
     for name, step in (("pull_task", "pull"), ("data_flow", "data"), ("evidence_flow", "evidence"),
-                       ("train_flow", "train"), ("evaluate_task", "evaluate"), ("push_task", "push")):
+                       ("train_flow", "train"), ("run_stages", "evaluate"), ("push_task", "push")):
         monkeypatch.setattr(pipe, name, recorder(step))
 
     def run_deployment(name, parameters, timeout, **_):
@@ -84,7 +85,7 @@ def test_the_pipeline_pulls_runs_every_area_in_order_and_pushes(steps, tmp_path)
     assert steps.calls[0][1] == (where, "local") and steps.calls[-1][1] == (where, "local")
     assert steps.calls[1][2] == {"params": params, "root": where}  # sub-flows get absolute paths
     assert steps.calls[3][2] == {"params": params, "root": where}
-    assert steps.calls[4][1] == (where,)
+    assert steps.calls[4][1] == (["evaluate"], where)  # the evaluate area: `evaluate` and what follows it
     assert out["push"] == "local" and out["evaluate"] == {"step": "evaluate"}
 
 
@@ -124,8 +125,9 @@ def test_training_runs_as_the_deployment_when_one_is_set(steps, tmp_path):
     assert kw["parameters"].pop("pipeline_id")  # the deployment's MLflow runs nest under this pipeline's parents
     assert name == DEPLOYMENT and kw == {"parameters": {"params": str(root / "params.yaml"), "root": str(root)},
                                          "timeout": None}  # waits until the run ends
-    targets = steps.calls[3][1][1]
-    assert set(targets) == {"train@eg_grpo", "train@outcome_only", "select@eg_grpo", "select@outcome_only"}
+    targets = steps.calls[3][1][1]  # the whole train area must be up to date here afterwards
+    assert list(targets) == ["model", "judge", "judge_eqs", "sft", "audit", "train@eg_grpo", "train@outcome_only",
+                             "select@eg_grpo", "select@outcome_only"]
     assert out["train"]["deployment"] == DEPLOYMENT and out["train"]["state"] == "Completed"
 
 

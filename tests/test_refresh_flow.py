@@ -100,6 +100,30 @@ def test_the_sharded_flow_gives_the_serial_result(prefect_harness, tmp_path, mon
             assert [x.pmid for x in a.get(q, "entrez").articles] == [x.pmid for x in b.get(q, "entrez").articles]
 
 
+@pytest.mark.slow
+def test_a_scheduled_run_with_nothing_recorded_completes_having_refreshed_nothing(prefect_harness, evidence, tmp_path):
+    """The nightly deployment on a profile that searches the local index: no PubMed query in the store, so the
+    run completes, says why, and writes no report (the script by hand: one error line, below)."""
+    from flows.refresh import refresh_flow
+
+    cfg, _ = evidence  # a store with articles but no PubMed queries
+    params = write_params(tmp_path, cfg.store)
+    state = refresh_flow(str(params), return_state=True)
+    assert state.is_completed(), state.message
+    assert state.result() == {"summary": {"queries": 0, "refreshed": 0, "changed": 0, "added": 0, "removed": 0,
+                                          "new_papers": 0, "errors": 0}, "queries": []}
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # run logs reach the server in batches: send them now
+    with get_client(sync_client=True) as client:  # the run's own log, as the Prefect UI shows it
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    assert any(log.message.startswith("nothing to refresh: the evidence store") and
+               log.message.endswith("this run refreshes nothing") for log in logs), [log.message for log in logs]
+    assert not (tmp_path / "reports").exists() and not (tmp_path / "metrics").exists()
+
+
 def test_standalone_script_fails_in_one_line(evidence, tmp_path):
     cfg, _ = evidence  # a store with articles but no PubMed queries
     params = write_params(tmp_path, cfg.store)

@@ -299,7 +299,7 @@ def test_the_prefect_pipeline_gives_every_stage_one_pipeline_id(steps, tmp_path,
     import flows.pipeline as pipe
 
     seen = []
-    for name in ("data_flow", "evidence_flow", "train_flow", "evaluate_task"):
+    for name in ("data_flow", "evidence_flow", "train_flow", "run_stages"):
         monkeypatch.setattr(pipe, name, lambda *a, **k: seen.append(os.environ.get(tracking.PIPELINE_ENV)))
     monkeypatch.delenv(tracking.PIPELINE_ENV, raising=False)
     pipe.pipeline_flow.fn(root=str(_project(tmp_path / "a", dvc_remote=None)))

@@ -1,4 +1,4 @@
-"""The training flow: model -> judge -> train@VARIANT -> select@VARIANT, each task one DVC stage; training tagged gpu.
+"""The training flow: the train area of dvc.yaml, each task one DVC stage; stages that run a model tagged gpu.
 
 The flow body runs as a plain function (`.fn`) with its tasks replaced by recorders; each task body runs the
 same way with `dvc.repro` recorded: no Prefect server, no DVC, no training.
@@ -28,21 +28,22 @@ def project(tmp_path) -> Path:
     return tmp_path.resolve()
 
 
-def test_tasks_are_named_after_their_stages_and_training_is_tagged_gpu():
+def test_tasks_are_named_after_their_stages_and_those_that_run_a_model_are_tagged_gpu():
     assert flow_mod.train_flow.name == "biocheck-train"
-    assert (flow_mod.model_task.name, flow_mod.judge_task.name, flow_mod.sft_task.name, flow_mod.train_task.name,
-            flow_mod.select_task.name) == ("model", "judge", "sft", "train", "select")
-    for t in (flow_mod.train_task, flow_mod.judge_task, flow_mod.sft_task):  # each trains or runs the model
-        assert "gpu" in t.tags
-    assert not ({"gpu"} & (flow_mod.select_task.tags | flow_mod.model_task.tags))
-    stage_tasks = (tasks.fetch_task, tasks.prepare_task, tasks.validate_task, tasks.evidence_task, tasks.model_task,
-                   tasks.judge_task, tasks.sft_task, tasks.train_task, tasks.select_task, tasks.evaluate_task)
-    for t in stage_tasks:  # each stage its own timeout
-        assert t.timeout_seconds == tasks.TIMEOUT_S[t.name]
+    stages = dvc.pipeline(REPO).order
+    made = {s: tasks.task_for(s) for s in stages}
+    assert {s: t.name for s, t in made.items()} == {s: s.partition("@")[0] for s in stages}
+    gpu = {s for s, t in made.items() if "gpu" in t.tags}
+    assert gpu == {"judge", "judge_eqs", "sft", "audit", "train@eg_grpo", "train@outcome_only"}
+    for s, t in made.items():  # each stage its own timeout, a listed one (a stage dvc.yaml gains: the default)
+        assert t.timeout_seconds == tasks.TIMEOUT_S[t.name], s
+    assert tasks.task_for("newstage").timeout_seconds == tasks.DEFAULT_TIMEOUT_S
+    assert tasks.task_for("validate").fn is tasks.validate_task.fn and tasks.task_for("evaluate").fn is tasks.evaluate_task.fn
     assert tasks.pull_task.timeout_seconds == tasks.push_task.timeout_seconds == tasks.TIMEOUT_S["dvc"]
     # network stages retry; a stage that computes does not (a rerun would fail the same way)
-    assert tasks.fetch_task.retries == tasks.pull_task.retries == tasks.push_task.retries == 2
-    assert tasks.train_task.retries == tasks.validate_task.retries == 0
+    assert made["fetch"].retries == tasks.pull_task.retries == tasks.push_task.retries == 2
+    assert made["fetch"].retry_delay_seconds == tasks.RETRY_DELAYS_S
+    assert {s for s, t in made.items() if t.retries} == {"fetch"}
 
 
 def test_the_variants_are_dvc_yamls_train_and_select_stages():
@@ -52,32 +53,31 @@ def test_the_variants_are_dvc_yamls_train_and_select_stages():
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """The flow's four tasks replaced by recorders; returns the list of (step, args) calls."""
+    """Every stage task replaced by a recorder; returns the list of (stage, root) calls."""
     calls: list[tuple] = []
 
-    def recorder(step):
-        def run(*args) -> dict:
-            calls.append((step, *args))
-            return {"step": step}
+    def task_for(stage):
+        def run(stage, root) -> dict:
+            calls.append((stage, root))
+            return {"step": stage}
         return run
 
-    for name in ("model_task", "judge_task", "sft_task", "train_task", "select_task"):
-        monkeypatch.setattr(flow_mod, name, recorder(name.removesuffix("_task")))
+    monkeypatch.setattr(tasks, "task_for", task_for)
     return calls
 
 
-def test_flow_runs_model_judge_sft_then_every_variant_trained_then_selected(recorded, project):
+def test_flow_runs_the_whole_train_area_in_dvcs_order(recorded, project):
     out = flow_mod.train_flow.fn(root=str(project))
-    root = str(project)
-    assert recorded == [("model", root), ("judge", root), ("sft", root), ("train", root, "eg_grpo"),
-                        ("train", root, "outcome_only"), ("select", root, "eg_grpo"), ("select", root, "outcome_only")]
-    assert list(out) == ["model", "judge", "sft", "train@eg_grpo", "train@outcome_only", "select@eg_grpo", "select@outcome_only"]
+    stages = ["model", "judge", "judge_eqs", "sft", "audit", "train@eg_grpo", "train@outcome_only", "select@eg_grpo",
+              "select@outcome_only"]
+    assert recorded == [(s, str(project)) for s in stages]
+    assert list(out) == stages
 
 
 def test_flow_with_one_variant_and_without_the_model_step(recorded, project):
     flow_mod.train_flow.fn(root=str(project), variants=["outcome_only"], init_model=False)
-    root = str(project)  # the judge stage still runs (DVC skips it when up to date): the reward needs it
-    assert recorded == [("judge", root), ("sft", root), ("train", root, "outcome_only"), ("select", root, "outcome_only")]
+    root = str(project)  # what that variant's training and selection need: the judge it is rewarded by, the start
+    assert recorded == [("judge", root), ("sft", root), ("train@outcome_only", root), ("select@outcome_only", root)]
 
 
 def test_an_unknown_variant_or_project_fails_before_any_stage(recorded, project, tmp_path):
@@ -97,13 +97,7 @@ def test_each_task_runs_its_dvc_stage(monkeypatch, project):
 
     monkeypatch.setattr(dvc, "repro", repro)
     root = str(project)
-    assert flow_mod.model_task.fn(root) == {"stage": "model", "ran": True, "seconds": 0.5}
-    flow_mod.judge_task.fn(root)
-    flow_mod.sft_task.fn(root)
-    flow_mod.train_task.fn(root, "outcome_only")
-    flow_mod.select_task.fn(root, "eg_grpo")
-    tasks.fetch_task.fn(root)
-    tasks.prepare_task.fn(root)
-    tasks.evidence_task.fn(root)
-    assert seen == [("model", root), ("judge", root), ("sft", root), ("train@outcome_only", root), ("select@eg_grpo", root), ("fetch", root),
-                    ("prepare", root), ("evidence", root)]
+    stages = ["model", "judge_eqs", "audit", "train@outcome_only", "select@eg_grpo", "fetch", "prepare", "evidence"]
+    for stage in stages:
+        assert tasks.task_for(stage).fn(stage, root) == {"stage": stage, "ran": True, "seconds": 0.5}
+    assert seen == [(s, root) for s in stages]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from biocheck.io import InputError
+from biocheck.orchestration.plan import Pipeline
 from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,31 @@ def repro(stage: str, root: Path | str = ".", logger: logging.Logger | logging.L
         raise DvcError(_failure(f"dvc repro {stage}", rc, lines, path))
     ran = any(RAN.format(stage=stage) in line for line in lines)
     return StageRun(stage=stage, ran=ran, seconds=round(time.monotonic() - start, 3))
+
+
+def pipeline(root: Path | str = ".", dvcfile: str = "dvc.yaml") -> Pipeline:
+    """The stages of ROOT/`dvcfile` (foreach stages expanded: train@eg_grpo) in the order `dvc repro` runs them,
+    with each stage's direct dependencies: DVC's own graph and planner, not a list kept here."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import get_active_graph, plan_repro
+
+    path = project(root)
+    try:
+        with Repo(str(path), config={"core": {"no_scm": True}}) as repo:  # the graph needs no git
+            graph = get_active_graph(repo.index.graph)  # edges: a stage -> the stages it depends on
+            wanted = path / dvcfile
+            stages = [s for s in graph if Path(s.dvcfile.path) == wanted]
+            order = plan_repro(graph, stages)  # what `dvc repro` (no target: dvc.yaml) runs, in its order
+
+            def name(stage) -> str:  # as `dvc repro` in ROOT names it (another dvc.yaml's stage: FILE:NAME)
+                file = Path(stage.dvcfile.path)
+                return stage.name if file == wanted else f"{file.relative_to(path).as_posix()}:{stage.name}"
+
+            return Pipeline(order=tuple(map(name, order)),
+                            upstream={name(s): frozenset(map(name, graph.successors(s))) for s in order})
+    except DvcException as e:
+        raise DvcError(redact(f"{path / dvcfile}: {e}: fix it (`dvc dag` shows the graph DVC reads)")) from None
 
 
 def commit(root: Path | str, stage: str, logger: logging.Logger | logging.LoggerAdapter | None = None) -> None:

@@ -42,6 +42,10 @@ BACKEND = "entrez"  # the store's name for PubMed's answers (what CachedSearch r
 NOT_TRIED = "not tried"  # the error of a query skipped once NCBI looked unreachable
 
 
+class NothingToRefresh(InputError):
+    """The evidence store holds no PubMed query (or does not exist): a refresh has nothing to re-run."""
+
+
 class RefreshError(SearchError):
     """No recorded query could be refreshed (NCBI unreachable, every request refused)."""
 
@@ -97,7 +101,7 @@ def _store(cfg: RefreshConfig):
 
     path = resolve_path(cfg.search.store)
     if not path.is_file():
-        raise InputError(f"nothing to refresh: there is no evidence store at {path}; run searches with "
+        raise NothingToRefresh(f"nothing to refresh: there is no evidence store at {path}; run searches with "
                          "search.backend: entrez first (or set evidence.store)")
     return EvidenceStore(path)  # a damaged file: StoreError, one line with the fix
 
@@ -107,7 +111,7 @@ def recorded_queries(cfg: RefreshConfig) -> list[str]:
     with _store(cfg) as store:
         queries = store.queries(BACKEND, cfg.limit)
         if not queries:
-            raise InputError(f"nothing to refresh: the evidence store {store.path} has no PubMed queries; run "
+            raise NothingToRefresh(f"nothing to refresh: the evidence store {store.path} has no PubMed queries; run "
                              "searches with search.backend: entrez first")
     return queries
 
