@@ -35,7 +35,7 @@ from prefect.exceptions import ObjectNotFound  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry  # noqa: E402
 from biocheck.pipeline import orchestrate_config  # noqa: E402
-from biocheck.study import STUDY_DVC, evaluate_unit, stages, study_config, train_unit  # noqa: E402
+from biocheck.study import AUDIT_STAGE, STUDY_DVC, check_gate, evaluate_unit, stages, study_config, train_unit  # noqa: E402
 from biocheck.wiring import params_of  # noqa: E402
 from flows.tasks import TIMEOUT_S, main, run_stage  # noqa: E402
 
@@ -82,14 +82,20 @@ def unit_task(stage: str, root: str, deployment: str | None) -> dict[str, Any]:
 
 
 @flow(name="biocheck-study", log_prints=True)
-def study_flow(params: str = "params.yaml", root: str = ".") -> dict[str, Any]:
-    """Every unit of params.yaml `study:` (training, evaluation of each selected checkpoint and of the start), then
-    the analysis: metrics/study.json, reports/study/index.html, MLflow `study <name>`."""
+def study_flow(params: str = "params.yaml", root: str = ".", ignore_gate: bool = False) -> dict[str, Any]:
+    """The reward audit of the start and the study's gate (biocheck.study.check_gate: no training unless
+    R_evidence varies in study.min_evidence_signal of the start's SUPPORTED and REFUTED groups; `ignore_gate`
+    warns instead), then every unit of params.yaml `study:` (training, evaluation of each selected checkpoint
+    and of the start), then the analysis: metrics/study.json, reports/study/index.html, MLflow `study <name>`."""
     with entry.redacted():
         root = str(dvc.params_file(root, params).parent)
         p = params_of(Path(root) / params)
         cfg, orch = study_config(p), orchestrate_config(p)
         todo = stages(cfg)
+        if "eg_grpo" in cfg.variants:
+            with _DVC:
+                run_stage(AUDIT_STAGE, root)
+            check_gate(p, root, ignore=ignore_gate)
         if orch.study_train_deployment is None and orch.study_eval_deployment is None:
             return {s: unit_task(s, root, None) for s in todo}  # here, in order
         futures: dict[str, Any] = {}

@@ -415,8 +415,16 @@ def test_scorer_reports_citations_both_judges_and_gold_rationales(search_cfg, ev
     assert (p[0].eqs, p[0].eqs_supporting, p[0].eqs_refuting, p[0].eqs_reward_judge) == (0.25, 0.25, None, 0.75)
     assert p[0].rationale.sentence_label == 1 and p[0].rationale.abstract_rationalized == 1
     assert p[1].rationale.sentence_relevant == 0 and p[1].rationale.sentence_retrieved == 1  # cited, no gold
+    # the funnel's credit is the training judge's (0.75 > 0.5), not the EQS judge's (0.25)
+    f = p[0].funnel
+    assert (f.retrieved, f.cited, f.verbatim, f.rationale, f.credited) == (True, True, True, True, True)
+    assert f.right_label == (p[0].pred == p[0].gold) and p[1].funnel is None  # no gold paper: nothing to funnel
+    no_credit = run_system(citing, cs, "scifact", tmp_path / "a2", progress=False,
+                           scorer=make_scorer(OtherJudge(), reward_judge=None, corpus=corpus))
+    assert no_credit[0].funnel.rationale and not no_credit[0].funnel.credited  # no training judge: nothing credited
     quiet, _ = agent_system(search_cfg, turns=silent)
     q = run_system(quiet, cs, "scifact", tmp_path / "b", progress=False, scorer=scorer)
+    assert q[0].funnel.retrieved and not q[0].funnel.cited
     assert (q[0].cited, q[0].ehr, q[0].eqs) == (0, None, None)  # silence: no EHR of 0, nothing to grade
     assert q[0].rationale.sentence_retrieved == 0 and q[0].rationale.sentence_relevant == 1
     same = make_scorer(HalfJudge(), reward_judge=None)

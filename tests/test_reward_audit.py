@@ -95,7 +95,8 @@ def test_audit_counts_varying_terms_credit_by_side_and_warns(search_cfg, tmp_pat
     cfg = AuditConfig(out_dir=tmp_path / "audit", metrics_path=tmp_path / "audit.json",
                       report_path=tmp_path / "audit_report.json", progress=False)
     setup = AuditSetup(cfg=cfg, samples=[sample("sample0", first, search_cfg), sample("sample1", second, search_cfg)],
-                       claims=CLAIMS, reward=RewardConfig(), judge=SideJudge(), papers=PAPERS)
+                       claims=CLAIMS, reward=RewardConfig(), judge=SideJudge(), papers=PAPERS,
+                       sentences={d: [a.abstract] for d, a in PAPERS.items()})
     with caplog.at_level(logging.WARNING):
         out = audit(setup)
     assert json.loads(cfg.report_path.read_text()) == json.loads(json.dumps(out))
@@ -118,6 +119,11 @@ def test_audit_counts_varying_terms_credit_by_side_and_warns(search_cfg, tmp_pat
     assert cites["SUPPORTED"]["gold_correct_side"] == {"n": 1, "credited": 1.0, "s_mean": 0.9}
     assert cites["REFUTED"]["gold_wrong_side"]["n"] == 1 and cites["REFUTED"]["gold_correct_side"]["n"] == 0
     assert out["evidence"]["SUPPORTED"]["nonzero"] == 0.5 and out["episodes"] == 4
+    # the funnel, one row per episode: vitamin D's citing episode passes every step, its silent one stops after
+    # retrieval; aspirin's citing episode quotes the rationale but files it on the wrong side
+    fs, fr = out["funnel"]["SUPPORTED"], out["funnel"]["REFUTED"]
+    assert fs["n"] == 2 and [fs["steps"][k]["count"] for k in ("retrieved", "cited", "credited", "right_label")] == [2, 1, 1, 1]
+    assert fr["n"] == 2 and [fr["steps"][k]["count"] for k in ("retrieved", "cited", "rationale", "credited")] == [2, 1, 1, 0]
     assert out["warnings"] == []
     # The warning fires for a label whose groups never vary in R_evidence.
     result = {"groups_varying": {"SUPPORTED": {"groups": 4, "evidence": 0.5}, "REFUTED": {"groups": 4, "evidence": 0.0}}}

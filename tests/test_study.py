@@ -27,6 +27,7 @@ from biocheck.cli import app
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import InputError
 from biocheck.orchestration import dvc
+from biocheck.rewards.funnel import Funnel
 from tests.conftest import REPO
 
 PROFILES = ("quickstart", "smol", "paper")
@@ -165,9 +166,11 @@ CITES = {"eg_grpo": (2, 0), "outcome_only": (2, 1), "start": (1, 1)}  # (cited, 
 def _predictions(unit: str) -> list[Prediction]:
     other = {"SUPPORTED": "REFUTED", "REFUTED": "SUPPORTED"}
     cited, bad = CITES[unit.split("-s")[0]]
+    # the funnel: every claim's gold paper retrieved; cited where the answer is right
     return [Prediction(id=str(i), dataset="scifact", system="eg_grpo", fingerprint=unit, gold=g,
                        pred=g if RIGHT[unit][i] else other[g], writes_report=True, parseable=True, cited=cited,
-                       hallucinated=bad, ehr=bad / cited) for i, g in enumerate(GOLD)]
+                       hallucinated=bad, ehr=bad / cited, funnel=Funnel(gold=1, retrieved=True, cited=bool(RIGHT[unit][i])))
+            for i, g in enumerate(GOLD)]
 
 
 @pytest.fixture
@@ -218,6 +221,9 @@ def test_the_analysis_writes_metrics_report_plot_and_page(analyzed):
     assert report["size"] == {"seeds": 2, "variants": ["eg_grpo", "outcome_only"], "steps": cfg.steps,
                               "claims": {"scifact": 4}}
     assert set(report["units"]) == set(RIGHT) and report["units"]["eg_grpo-s1"]["step"] == 2
+    funnels = report["datasets"]["scifact"]["funnel"]  # per unit: 4 claims retrieved, cited where right
+    assert {u: (f["n"], f["steps"]["retrieved"]["count"], f["steps"]["cited"]["count"]) for u, f in funnels.items()} == {
+        u: (4, 4, sum(r)) for u, r in RIGHT.items()}
     with (cfg.plots_dir / "forest.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [r["comparison"] for r in rows] == [f"scifact {m}: eg_grpo - {o}" for m in ("accuracy", "ehr")
@@ -227,6 +233,7 @@ def test_the_analysis_writes_metrics_report_plot_and_page(analyzed):
     for r in out["datasets"]["scifact"]["metrics"]["accuracy"]["differences"].values():
         assert r["sentence"].replace("'", "&#39;") in page
     assert page.count('class="diff"') == 4 and "eg_grpo-s1" in page
+    assert 'id="funnel"' in page and "gold paper retrieved" in page
     assert "evaluation gallery" not in page  # none here to link to
     Path("reports/eval").mkdir(parents=True)
     Path("reports/eval/index.html").write_text("<html></html>")
@@ -324,7 +331,12 @@ class _Future:
 
 
 @pytest.fixture
-def flow_project(tmp_path):
+def flow_project(tmp_path, monkeypatch):
+    """A project for the study flow's body, its audit stage and gate stubbed (tests/test_study_gate.py has them)."""
+    import flows.study as mod
+
+    monkeypatch.setattr(mod, "run_stage", lambda stage, root: {"stage": stage, "ran": False})
+    monkeypatch.setattr(mod, "check_gate", lambda params, root, ignore=False: {"passed": True})
     (tmp_path / ".dvc").mkdir()
     (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())
     (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())

@@ -21,7 +21,7 @@ from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.pipeline import train_setup
 from biocheck.pubmed.search import SearchConfig, search_tool
-from biocheck.rewards.components import EpisodeView, RewardConfig, score_many
+from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
 from biocheck.train.env import SearchEnv, env_class
 from biocheck.train.grpo import TrainConfig, latest_checkpoint, prepare_out_dir, previous_dir
 from biocheck.train.reward_funcs import COMPONENTS, RewardBank
@@ -65,6 +65,46 @@ def test_reward_bank_components_equal_the_library_and_score_once(evidence, monke
     total = [sum(w * values[n][i] for w, n in zip(bank.weights(), COMPONENTS, strict=True)) for i in range(3)]
     assert total == pytest.approx([b.total for b in expected])
     assert bank.last_batch[0]["reward"]["outcome"] == 1.0
+
+
+def test_group_stats_by_hand():
+    from biocheck.train.reward_funcs import funnel_stats, group_stats
+
+    def b(outcome, evidence):
+        return RewardBreakdown(variant="eg_grpo", outcome=outcome, search=0.0, evidence=evidence, hallucination=0.0,
+                               total=outcome + evidence, ehr=0.0, eqs=None, n_cited=0, n_hallucinated=0, n_searches=0,
+                               n_advanced=0, conclusion=None, gold=None, judge_used=False)
+
+    # claim a: evidence 0, 0.5 (varies; std 0.3536); claim b: evidence 0, 0 (does not); claim c: one episode
+    got = group_stats([b(1, 0.0), b(0, 0.5), b(1, 0.0), b(1, 0.0), b(0, 0.9)], ["a", "a", "b", "b", "c"])
+    assert got["groups/n"] == 2  # a group of one episode gives GRPO nothing: not counted
+    assert got["groups/evidence/varying"] == 0.5 and got["groups/outcome/varying"] == 0.5
+    assert got["groups/evidence/std"] == pytest.approx((0.5 / 2 ** 0.5) / 2)  # ddof 1 in a, 0 in b
+    assert got["groups/evidence/mean"] == pytest.approx(1.4 / 5) and got["groups/total/varying"] == 0.5
+    assert group_stats([b(1, 0.0)], ["a"]) == {"groups/n": 0.0, **{f"groups/{t}/mean": pytest.approx(v) for t, v in
+                                                                    (("outcome", 1), ("search", 0), ("evidence", 0),
+                                                                     ("hallucination", 0), ("total", 1))}}
+    from biocheck.rewards.funnel import Funnel
+
+    f = funnel_stats([Funnel(gold=1, retrieved=True, cited=True), Funnel(gold=1), None])
+    assert f["funnel/retrieved"] == 0.5 and f["funnel/cited"] == 0.5 and f["funnel/credited"] == 0.0
+    assert funnel_stats([None]) == {}
+
+
+def test_the_bank_groups_by_claim_id_and_funnels_where_it_knows_the_gold(evidence):
+    from biocheck.data.schema import GoldEvidence
+    from biocheck.rewards.funnel import gold_papers
+
+    envs, completions = _rollouts(evidence)
+    gold = {"c1": gold_papers([GoldEvidence(doc_id="101", sentences=[0], label=Label.SUPPORTED)],
+                              lambda d: ["Vitamin D supplementation reduced hip fractures in older adults."])}
+    bank = RewardBank(RewardConfig(), judge=None, gold=gold)
+    bank.functions()[0](completions, environments=envs, label=["SUPPORTED"] * 3, claim=["x"] * 3,
+                        claim_id=["c1", "c1", "c2"])
+    stats = bank.last_stats
+    assert stats["groups/n"] == 1 and stats["groups/outcome/varying"] == 1.0  # c1: right, then wrong
+    assert stats["funnel/retrieved"] == 0.5  # c1's vitamin D search found 101, its coffee search did not (c2: no gold)
+    assert stats["funnel/credited"] == 0.0  # no judge, no credit
 
 
 def test_outcome_only_weights():
@@ -955,6 +995,11 @@ def test_a_kl_term_loads_a_reference_model_and_logs_the_kl(project):
     kl = [row["kl"] for row in state["log_history"] if "kl" in row]
     assert len(kl) == 2 and all(math.isfinite(v) and v >= 0 for v in kl), state["log_history"]
     assert kl[0] == pytest.approx(0.0, abs=1e-6)  # first step: the policy is still the reference
+    # every step logs its groups' statistics (reward_funcs.group_stats), validation too
+    steps = [row for row in state["log_history"] if "loss" in row]
+    assert all({"groups/n", "groups/evidence/varying", "groups/evidence/std", "groups/total/mean"} <= set(row)
+               for row in steps), steps
+    assert any("eval_groups/evidence/varying" in row for row in state["log_history"])
 
 
 def _train_rows(project: Path, name: str, steps: int, **train) -> list[dict]:

@@ -857,8 +857,16 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="The unit's seed (one of st
 def study_run(
     upstream: Annotated[bool, typer.Option(help="Let DVC first bring up to date what the units read (data, index, "
                                                 "judges, the start model); --no-upstream: they are there already.")] = True,
+    ignore_gate: Annotated[bool, typer.Option("--ignore-gate", help="Train even when the reward audit finds "
+                                              "R_evidence varying in fewer than study.min_evidence_signal of the "
+                                              "start's SUPPORTED or REFUTED groups (a warning instead of a stop).")] = False,
 ) -> None:
     """Run the whole study here, one DVC stage after another, then its analysis.
+
+    First the gate: the reward audit of the start (`dvc repro audit`) must find R_evidence varying in at least
+    study.min_evidence_signal (default 0.5) of its SUPPORTED and of its REFUTED groups; below that EG-GRPO's
+    evidence term could not reach the gradient, and the study stops before any training, saying what to change
+    (--ignore-gate runs it anyway).
 
     Trains every (variant, seed) of `study:` from the shared start, selects each run's best checkpoint by
     validation reward, evaluates every selected checkpoint and the start on the same held-out claims, and
@@ -873,7 +881,7 @@ def study_run(
         how = f"ran in {ran['seconds']:.0f} s" if ran["ran"] else "up to date, skipped"
         err.print(f"[{i}/{n}] {ran['stage']}: {how}", markup=False, highlight=False)
 
-    _run(run_local, ".", upstream=upstream, report=said,
+    _run(run_local, ".", upstream=upstream, report=said, ignore_gate=ignore_gate,
          on_interrupt="interrupted; finished units are kept (dvc.lock); rerun `biocheck study run` to go on.")
     err.print("study written: metrics/study.json, reports/study.json, reports/study/index.html",
               markup=False, highlight=False)

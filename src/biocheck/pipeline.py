@@ -523,6 +523,7 @@ def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
     reward.judge: compare judges on the same cached episodes); the claims' gold evidence papers."""
     from biocheck.data.prepare import load_split
     from biocheck.evaluate.audit import AuditSetup, pick_claims
+    from biocheck.evaluate.rationale import CorpusSentences
     from biocheck.evaluate.systems import make_system
     from biocheck.pubmed.corpus import articles_from_corpus
 
@@ -548,11 +549,13 @@ def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
     wanted = {e.doc_id for c in train for e in c.evidence}
     corpus = prepared_dir(p) / "corpus.jsonl"
     papers = {a.pmid: a for a in articles_from_corpus(corpus) if a.pmid in wanted} if corpus.is_file() else {}
+    sentences = ({d: s for d, (_, s) in CorpusSentences.from_jsonl(corpus).docs.items() if d in wanted}
+                 if corpus.is_file() else {})
     about = {"start": llm, "judge": judge_cfg.spec, "group_size": train_cfg.num_generations,
              "temperature": train_cfg.temperature, "threshold": reward_cfg.threshold, "search": search_cfg.backend,
              "claims": cfg.claims, "seed": cfg.seed}
     return AuditSetup(cfg=cfg, samples=samples, claims=claims, reward=reward_cfg, judge=make_judge(judge_cfg),
-                      papers=papers, about=about, gold_claims=train)
+                      papers=papers, about=about, gold_claims=train, sentences=sentences)
 
 
 def audit_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str | None = None,

@@ -55,6 +55,10 @@ class StudyConfig:
     metrics: list[str] = field(default_factory=lambda: ["accuracy", "ehr", "eqs", "citing_rate", "grounded_rate"])
     reference: str = "eg_grpo"  # the variant every difference starts from
     resamples: Count = 2000  # two-level bootstrap resamples
+    # The gate: no training unit runs unless R_evidence varies in at least this share of the start's groups for
+    # SUPPORTED and for REFUTED claims (the reward audit, `dvc repro audit`); below it, EG-GRPO's evidence term
+    # would barely reach the gradient and the study could not test it. 0 turns the gate off.
+    min_evidence_signal: float = 0.5
 
     def __post_init__(self) -> None:
         from biocheck.evaluate.config import DATASETS, SELECTION
@@ -84,6 +88,8 @@ class StudyConfig:
                              "its checkpoints, and the last step must be one")
         if self.reference not in self.variants:
             raise ValueError(f"reference {self.reference!r} is not among variants {self.variants}")
+        if not 0.0 <= self.min_evidence_signal <= 1.0:
+            raise ValueError(f"min_evidence_signal {self.min_evidence_signal}: a share in [0, 1] (0: no gate)")
 
     # Where a study writes: fixed, as study/dvc.yaml names them (DVC parses that file on every `dvc repro`, so
     # it cannot name a key a profile might leave out; tests/test_study.py checks the two agree).
@@ -246,19 +252,23 @@ def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
     the start, per dataset, from the units' predictions; written to the metrics, report, plot and page."""
     from biocheck.evaluate.study import analyze
     from biocheck.evaluate.study_page import forest_rows, write_forest_csv, write_page
+    from biocheck.rewards.funnel import summarize as summarize_funnel
 
     cfg = study_config(params)
     found = eval_units(cfg)
     others = [v for v in cfg.variants if v != cfg.reference] + [START]
     datasets = {}
     for d in cfg.datasets:
-        systems = {START: [_predictions(found[0], d)]}
+        preds = {u.name: _predictions(u, d) for u in found}
+        systems = {START: [preds[found[0].name]]}
         for v in cfg.variants:
-            systems[v] = [_predictions(u, d) for u in found if u.variant == v]
+            systems[v] = [preds[u.name] for u in found if u.variant == v]
         try:
             datasets[d] = analyze(systems, cfg.metrics, cfg.reference, others, n_resamples=cfg.resamples)
         except ValueError as e:  # units evaluated on other claims (a stale unit): rerun them
             raise InputError(f"{cfg.eval_dir}, {d}: {e}; rerun the stale units (`biocheck study run`)") from None
+        # where grounding breaks, per unit (rewards/funnel.py); None for a dataset without gold evidence papers
+        datasets[d]["funnel"] = {name: summarize_funnel([p.funnel for p in ps]) for name, ps in preds.items()}
     selections = {u.name: _selection(u) for u in found}
     report = {"study": cfg.name, "profile": params.get("profile"), "reference": cfg.reference,
               "size": {"seeds": len(cfg.seeds), "variants": list(cfg.variants), "steps": cfg.steps,
@@ -342,7 +352,8 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
                 "limit": cfg.limit, "full_split": cfg.full_split, "labels": labels, "out": str(cfg.eval_dir / unit),
                 "model": str(start_dir(p) if unit == START else cfg.out_dir / unit)}
     if name == "analyze":
-        return {"study": {k: v for k, v in plain(cfg).items() if k not in ("limit", "eval_steps", "full_split")}}
+        return {"study": {k: v for k, v in plain(cfg).items()
+                          if k not in ("limit", "eval_steps", "full_split", "min_evidence_signal")}}
     raise InputError(f"{stage}: not a stage of {STUDY_DVC}")
 
 
@@ -372,20 +383,80 @@ def unit_states(root: Path | str = ".") -> list[tuple[str, str]]:
             for s in todo]
 
 
+# --- the gate: the start must give the evidence term a signal ----------------------------------------------
+
+AUDIT_STAGE = "audit"  # dvc.yaml's reward audit of the start policy
+
+
+class GateError(InputError):
+    """The study's gate refused: R_evidence varies in too few of the start's groups."""
+
+
+def gate(params: dict[str, Any], root: Path | str = ".") -> dict[str, Any]:
+    """The gate's verdict from the reward audit's report: per label the share (and count) of the start's groups
+    in which R_evidence varies, against study.min_evidence_signal. `passed` is True when the study has no
+    EG-GRPO unit (nothing to test) or the threshold is 0."""
+    from biocheck.evaluate.audit import evidence_signal
+    from biocheck.pipeline import audit_config
+
+    cfg = study_config(params)
+    out: dict[str, Any] = {"min": cfg.min_evidence_signal, "labels": {}, "low": [], "passed": True,
+                           "report": str(audit_config(params).report_path)}
+    if "eg_grpo" not in cfg.variants or cfg.min_evidence_signal == 0:
+        return out
+    path = Path(root) / out["report"]
+    if not path.is_file():
+        raise InputError(f"{path}: no reward audit of the start, which the study's gate reads; run `dvc repro "
+                         f"{AUDIT_STAGE}` (or `biocheck study run`, which runs it first)")
+    out["labels"] = evidence_signal(json.loads(path.read_text()))
+    out["low"] = [lab for lab, v in out["labels"].items() if v["share"] is None or v["share"] < cfg.min_evidence_signal]
+    out["passed"] = not out["low"]
+    return out
+
+
+def gate_message(g: dict[str, Any]) -> str:
+    """One line: the numbers, why it matters, what to change."""
+    said = " and ".join(f"{v['share']:.0%} of {lab} groups ({v['varying']} of {v['groups']})" if v["share"] is not None
+                        else f"no {lab} group" for lab, v in g["labels"].items())
+    return (f"study gate: R_evidence varies in {said} of the start policy's episodes ({g['report']}), below "
+            f"study.min_evidence_signal {g['min']:g} for {', '.join(g['low'])}: EG-GRPO's evidence term would barely "
+            "reach the gradient, so the study could not test it. Make credit reachable first (a warm start that "
+            "cites on both sides, searches that find gold papers, training claims where credit is reachable, the "
+            "judge; docs/evaluation.md, 'The gate'), or pass --ignore-gate to run it anyway")
+
+
+def check_gate(params: dict[str, Any], root: Path | str = ".", ignore: bool = False) -> dict[str, Any]:
+    """`gate`, raising GateError when it refuses (a warning instead when `ignore`)."""
+    g = gate(params, root)
+    if not g["passed"]:
+        if not ignore:
+            raise GateError(gate_message(g))
+        log.warning("%s (ignored: --ignore-gate)", gate_message(g))
+    return g
+
+
 # --- a local run: every stage in sequence through DVC ------------------------------------------------------
 
-def run_local(root: Path | str = ".", upstream: bool = True, report: Any = None) -> list[dict[str, Any]]:
-    """`biocheck study run`: `dvc repro` each study stage in order (a finished unit is skipped by DVC: a killed
-    study restarts where it stopped). `upstream`: let DVC bring what a unit needs up to date first (data,
-    index, judges, the start); False: `--single-item`, the inputs are there already. `report(i, n, run)`:
-    called after each stage."""
+def run_local(root: Path | str = ".", upstream: bool = True, report: Any = None,
+              ignore_gate: bool = False) -> list[dict[str, Any]]:
+    """`biocheck study run`: the reward audit of the start and the gate (`check_gate`), then `dvc repro` each
+    study stage in order (a finished unit is skipped by DVC: a killed study restarts where it stopped).
+    `upstream`: let DVC bring what a unit needs up to date first (data, index, judges, the start); False:
+    `--single-item`, the inputs are there already. `report(i, n, run)`: called after each stage (the audit is
+    stage 0)."""
     from dataclasses import asdict
 
     from biocheck.orchestration import dvc
     from biocheck.wiring import params_of
 
     path = dvc.params_file(root)
-    todo = stages(study_config(params_of(path)))
+    params = params_of(path)
+    todo = stages(study_config(params))
+    if "eg_grpo" in study_config(params).variants:
+        ran = asdict(dvc.repro(AUDIT_STAGE, path.parent, single_item=not upstream))
+        if report is not None:
+            report(0, len(todo), ran)
+        check_gate(params, path.parent, ignore=ignore_gate)
     done = []
     for i, stage in enumerate(todo, 1):
         ran = asdict(dvc.repro(stage, path.parent, single_item=not upstream))
@@ -395,6 +466,6 @@ def run_local(root: Path | str = ".", upstream: bool = True, report: Any = None)
     return done
 
 
-__all__ = ["START", "STUDY_DVC", "StudyConfig", "Unit", "analyze_units", "eval_units", "evaluate_unit",
+__all__ = ["AUDIT_STAGE", "GateError", "check_gate", "gate", "gate_message", "START", "STUDY_DVC", "StudyConfig", "Unit", "analyze_units", "eval_units", "evaluate_unit",
            "selected_checkpoint", "stages", "start_dir", "study_config", "train_unit", "unit_name", "unit_overrides",
            "unit_params", "unit_states", "units", "run_local", "stage_inputs", "model_spec"]

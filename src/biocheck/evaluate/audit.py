@@ -12,7 +12,9 @@ trained and evaluated, and scores them with the training reward and judge. It re
   says (`correct_side`) versus the same paper filed on the other side (`wrong_side`), over the gold
   evidence papers of every training claim (what training will ask it); and the same for the citations the
   sampled episodes made (gold paper filed right, gold paper filed wrong, a paper that is not gold evidence);
-- `evidence`: the distribution of R_evidence over episodes.
+- `evidence`: the distribution of R_evidence over episodes;
+- `funnel`: the evidence funnel of the sampled episodes (rewards/funnel.py), per label: where, on the way to
+  R_evidence's credit, the start's episodes stop (no gold paper retrieved, not cited, quote not verbatim ...).
 
 It warns in one line when R_evidence varies in fewer than `min_signal` of either label's groups. Episodes are
 cached per sample as evaluation traces (the harness): a rerun with another judge scores, it does not generate.
@@ -40,6 +42,8 @@ from biocheck.io import InputError, write_json_atomic
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
+from biocheck.rewards.funnel import funnel, gold_papers
+from biocheck.rewards.funnel import summarize as summarize_funnel
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,7 @@ class AuditSetup:
     papers: dict[str, Article] = field(default_factory=dict)  # gold evidence doc id -> its paper
     about: dict[str, Any] = field(default_factory=dict)
     gold_claims: list[ClaimRecord] | None = None  # whose gold papers the judge is asked about (None: `claims`)
+    sentences: dict[str, list[str]] = field(default_factory=dict)  # gold doc id -> its abstract's sentences
 
 
 def pick_claims(claims: Sequence[ClaimRecord], n: int | None, seed: int) -> list[ClaimRecord]:
@@ -142,6 +147,7 @@ def audit(setup: AuditSetup) -> dict[str, Any]:
                                                                                              setup.reward.threshold)},
         "evidence": {lab: _distribution([b.evidence for c in setup.claims if c.label.value == lab
                                          for b in breakdowns[c.id]]) for lab in LABELS},
+        "funnel": _funnels(setup, groups, breakdowns),
         "means": {lab: {t: _mean([getattr(b, t) for c in setup.claims if c.label.value == lab
                                   for b in breakdowns[c.id]]) for t in (*TERMS, "total")} for lab in LABELS},
     }
@@ -231,6 +237,22 @@ def _citation_credit(claims: Sequence[ClaimRecord], breakdowns: dict[str, list[R
     return out
 
 
+def _funnels(setup: AuditSetup, groups: dict[str, list[Episode]],
+             breakdowns: dict[str, list[RewardBreakdown]]) -> dict[str, Any]:
+    """The evidence funnel of every sampled episode, summed per label (an episode is one row)."""
+    out = {}
+    for lab in LABELS:
+        found = []
+        for c in setup.claims:
+            if c.label.value != lab:
+                continue
+            gold = gold_papers(c.evidence, setup.sentences.get)
+            for ep, b in zip(groups[c.id], breakdowns[c.id], strict=True):
+                found.append(funnel(gold, c.label, ep.ledger, b.entries, b.conclusion, setup.reward.threshold))
+        out[lab] = summarize_funnel(found)
+    return out
+
+
 def _distribution(values: Sequence[float]) -> dict[str, Any]:
     v = np.asarray(values, dtype=float)
     if v.size == 0:
@@ -255,6 +277,18 @@ def warnings(result: dict[str, Any], min_signal: float) -> list[str]:
             "rarely reach the gradient for that label; see docs/rewards.md, 'Reward-signal audit'"]
 
 
+def evidence_signal(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per trained label, the share of the start's groups in which R_evidence varies and how many groups that
+    is: what EG-GRPO's evidence term can reach the gradient through (the study's gate reads it)."""
+    out = {}
+    for lab in LABELS:
+        g = result.get("groups_varying", {}).get(lab) or {}
+        share, groups = g.get("evidence"), g.get("groups") or 0
+        out[lab] = {"share": share, "groups": groups,
+                    "varying": round(share * groups) if share is not None else 0}
+    return out
+
+
 def summary_line(result: dict[str, Any]) -> str:
     """What `biocheck reward audit` prints: per label, the share of groups each term varies in."""
     parts = []
@@ -270,4 +304,4 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}"
 
 
-__all__ = ["AuditConfig", "AuditSetup", "audit", "pick_claims", "summary_line", "warnings"]
+__all__ = ["AuditConfig", "AuditSetup", "audit", "evidence_signal", "pick_claims", "summary_line", "warnings"]

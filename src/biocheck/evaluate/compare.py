@@ -42,6 +42,8 @@ from biocheck.metrics import (  # _encode: the paired bootstrap encodes labels a
     proportion_ci,
 )
 from biocheck.params import plain
+from biocheck.rewards.funnel import not_applicable as funnel_not_applicable
+from biocheck.rewards.funnel import summarize as funnel_summary
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,8 @@ def system_metrics(preds: Sequence[Prediction], n_resamples: int = 1000, seed: i
     counts = [p.rationale for p in preds if p.rationale is not None]
     out["rationale"] = rationale_scores(counts) if reports and counts else {
         name: {"precision": None, "recall": None, "f1": None} for name in RATIONALE_LEVELS}
+    # where grounding breaks, over the claims with gold evidence papers (rewards/funnel.py)
+    out["funnel"] = funnel_summary([p.funnel for p in preds]) if reports else funnel_not_applicable()
     seconds = [p.seconds for p in preds]
     out.update(
         errors=sum(p.error is not None for p in preds),

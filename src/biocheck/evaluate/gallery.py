@@ -198,6 +198,7 @@ def _index(systems: list[str], datasets: list[str], claims: list[_Claim],
         datasets=datasets, claims=claims, reference=REFERENCE, filters=_filters(systems, datasets),
         notes=[(d, "; ".join(notes[d])) for d in datasets if notes.get(d)], columns=COLUMNS,
         metric_rows=_metric_rows(systems, datasets, metrics), metric_caption=METRIC_CAPTION,
+        funnel_rows=funnel_rows(systems, datasets, metrics),
         paired_rows=_paired_rows(datasets, paired), paired_caption=PAIRED_CAPTION,
         bars=_bars(systems, datasets, metrics), confusions=_confusions(systems, datasets, predictions),
         claim_rows=[_claim_row(systems, c) for c in claims])
@@ -223,6 +224,17 @@ def _metric_rows(systems: list[str], datasets: list[str], metrics: Mapping) -> l
             if isinstance(m, Mapping):
                 rows.append({"system": s, "dataset": d, "m": m, "ci": _mapping(m.get("ci")),
                              "label_set": str(m.get("label_set") or "—")})
+    return rows
+
+
+def funnel_rows(systems: list[str], datasets: list[str], metrics: Mapping) -> list[dict[str, Any]]:
+    """One row per (system, dataset) with a funnel over at least one claim (the funnel table's rows)."""
+    rows = []
+    for s in systems:
+        for d in datasets:
+            f = _mapping(_mapping(_mapping(metrics.get(s)).get(d)).get("funnel"))
+            if f.get("n"):
+                rows.append({"name": s, "dataset": d, "f": f})
     return rows
 
 

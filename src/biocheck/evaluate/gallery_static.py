@@ -15,6 +15,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 @cache
 def env() -> Environment:
-    return Environment(loader=PackageLoader("biocheck.evaluate", "templates/gallery"),
-                       autoescape=select_autoescape(enabled_extensions=("html.jinja", "svg.jinja"), default=True),
-                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    from biocheck.rewards.funnel import STEP_NAMES
+
+    e = Environment(loader=PackageLoader("biocheck.evaluate", "templates/gallery"),
+                    autoescape=select_autoescape(enabled_extensions=("html.jinja", "svg.jinja"), default=True),
+                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    e.globals["funnel_steps"] = list(STEP_NAMES.items())  # the funnel table's columns (macros.html.jinja)
+    return e

@@ -31,6 +31,7 @@ from biocheck.io import InputError, atomic_path, dump_jsonl, remove_stale_tmp
 from biocheck.llm.base import LLMError
 from biocheck.pubmed.types import SearchError
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
+from biocheck.rewards.funnel import Funnel, funnel, gold_papers
 from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class ReportScore(BaseModel):
     eqs_refuting: float | None
     eqs_reward_judge: float | None
     rationale: RationaleCounts | None
+    funnel: Funnel | None = None
 
 
 def _side_mean(b: RewardBreakdown, side: str | None = None) -> float | None:
@@ -61,14 +63,16 @@ def _side_mean(b: RewardBreakdown, side: str | None = None) -> float | None:
 class ReportScorer:
     """Scores report episodes with the reward library: citations and EHR (no judge needed); EQS, overall and
     per side, by `judge` (the EQS judge, evaluate.eqs_judge), and by `reward_judge` too when that is another
-    judge (did the policy learn to please the judge it trained on?); SciFact's rationale counts where a
-    claim has gold rationales and `corpus` holds the sentences of the abstracts it cites. One judge call per
-    judge for all episodes (cached)."""
+    judge (did the policy learn to please the judge it trained on?); SciFact's rationale counts and the
+    evidence funnel (rewards/funnel.py; its credit is the training judge's, `credit_judge`) where a claim has
+    gold rationales and `corpus` holds the sentences of the abstracts it cites. One judge call per judge for
+    all episodes (cached)."""
 
     judge: Any = None
     cfg: RewardConfig | None = None
     reward_judge: Any = None
     corpus: CorpusSentences | None = None
+    credit_by: str = "judge"  # which judge's s the funnel's credit step reads: "judge", "reward_judge" or "none"
 
     def __call__(self, episodes: Sequence[Episode],
                  claims: Sequence[ClaimRecord | None] | None = None) -> list[ReportScore]:
@@ -76,19 +80,30 @@ class ReportScorer:
         main = score_many(views, self.cfg, self.judge)
         other = score_many(views, self.cfg, self.reward_judge) if self.reward_judge is not None else None
         claims = list(claims) if claims is not None else [None] * len(episodes)
+        credit = {"judge": main, "reward_judge": other}.get(self.credit_by) or [None] * len(episodes)
         out = []
         for i, (ep, b) in enumerate(zip(episodes, main, strict=True)):
             claim = claims[i]
-            rationale = None
+            rationale = found = None
             if self.corpus is not None and claim is not None and _has_rationales(claim):
                 items = [Cited(e.side, e.pmid, e.quote) for e in b.entries]
                 rationale = rationale_counts(claim.evidence, items, self.corpus, ep.ledger)
+                found = self._funnel(claim, ep, b, credit[i])
             out.append(ReportScore(
                 cited=b.n_cited, hallucinated=b.n_hallucinated, ehr=b.ehr if b.n_cited and _parsed(b) else None,
                 eqs=_side_mean(b), eqs_supporting=_side_mean(b, "supporting"),
                 eqs_refuting=_side_mean(b, "refuting"),
-                eqs_reward_judge=_side_mean(other[i]) if other is not None else None, rationale=rationale))
+                eqs_reward_judge=_side_mean(other[i]) if other is not None else None, rationale=rationale,
+                funnel=found))
         return out
+
+    def _funnel(self, claim: ClaimRecord, ep: Episode, b: RewardBreakdown, credit: RewardBreakdown | None):
+        """The claim's evidence funnel; without the credit judge's scores no citation is credited."""
+        corpus = self.corpus
+        gold = gold_papers(claim.evidence, lambda d: corpus.docs[d][1] if d in corpus.docs else None)
+        entries = credit.entries if credit is not None else [e.model_copy(update={"s": 0.0}) for e in b.entries]
+        threshold = (self.cfg or RewardConfig()).threshold
+        return funnel(gold, claim.label, ep.ledger, entries, b.conclusion, threshold, resolve=corpus.resolve)
 
 
 def _parsed(b: RewardBreakdown) -> bool:
@@ -107,8 +122,9 @@ Scorer = Callable[..., Sequence[ReportScore]]
 def make_scorer(judge: Any = None, cfg: RewardConfig | None = None, *, reward_judge: Any = None,
                 corpus: CorpusSentences | None = None) -> ReportScorer:
     """The evaluation's scorer (see ReportScorer); `reward_judge` only when it is not `judge` itself."""
-    return ReportScorer(judge=judge, cfg=cfg, reward_judge=reward_judge if reward_judge is not judge else None,
-                        corpus=corpus)
+    other = reward_judge if reward_judge is not judge else None
+    credit_by = "reward_judge" if other is not None else "judge" if reward_judge is judge and judge is not None else "none"
+    return ReportScorer(judge=judge, cfg=cfg, reward_judge=other, corpus=corpus, credit_by=credit_by)
 
 
 def trace_dir(out_dir: Path, system: str, fingerprint: str, dataset: str) -> Path:

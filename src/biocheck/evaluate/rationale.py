@@ -39,7 +39,7 @@ from pydantic import BaseModel
 from biocheck.data.schema import GoldEvidence
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
-from biocheck.report.quotes import find_quote, normalize_text
+from biocheck.report.quotes import normalize_text, quoted_sentences
 
 MAX_ABSTRACT_SENTS = 3  # SciFact: only the first 3 selected sentences can rationalise an abstract
 SIDE_LABEL = {"supporting": Label.SUPPORTED, "refuting": Label.REFUTED}
@@ -109,17 +109,7 @@ class CorpusSentences:
 
     def select(self, doc_id: str, quote: str) -> list[int]:
         """Indices of the sentences the quote's span overlaps in the joined abstract ([] when it is not there)."""
-        sentences = self.docs[doc_id][1]
-        span = find_quote(quote, " ".join(sentences))
-        if span is None:
-            return []
-        start, end = span
-        out, pos = [], 0
-        for i, s in enumerate(sentences):
-            if start < pos + len(s) and end > pos:
-                out.append(i)
-            pos += len(s) + 1
-        return out
+        return quoted_sentences(quote, self.docs[doc_id][1])
 
 
 def doc_predictions(items: Iterable[Cited], corpus: CorpusSentences,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 _QUOTES = frozenset("\"'`´“”„‟‘’‚‛«»‹›″′＂＇")
 _DASHES = frozenset("\u2212\u2010\u2011\u2012\u2013\u2014\u2015\u2043\ufe58\ufe63\uff0d")
@@ -44,6 +44,22 @@ def find_quote(quote: str, text: str) -> tuple[int, int] | None:
     if k < 0:
         return None
     return starts[k], ends[k + len(needle) - 1]
+
+
+def quoted_sentences(quote: str, sentences: Sequence[str]) -> list[int]:
+    """Indices of the sentences (an abstract joined by one space, as the index shows it) that the quote's span
+    overlaps: an exact sentence, a part of one, or a passage across two; [] when the quote is not there."""
+    sentences = [s.strip() for s in sentences]
+    span = find_quote(quote, " ".join(sentences))
+    if span is None:
+        return []
+    start, end = span
+    out, pos = [], 0
+    for i, s in enumerate(sentences):
+        if start < pos + len(s) and end > pos:
+            out.append(i)
+        pos += len(s) + 1
+    return out
 
 
 def tokens(s: str) -> list[str]:

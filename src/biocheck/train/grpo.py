@@ -197,6 +197,21 @@ class TimedMixin:
         return out
 
 
+class GroupStatsMixin:
+    """Adds the reward bank's statistics of each scored batch (reward_funcs.group_stats: per term, the share of
+    groups in which it varies and its mean within-group std; the funnel's shares) to the step's metrics, so they
+    are logged with it (MLflow, trainer_state.json); `eval_...` for validation batches."""
+
+    bank: Any = None
+
+    def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        for key, value in (getattr(self.bank, "last_stats", None) or {}).items():
+            self._metrics[mode][key].append(value)
+        return out
+
+
 class NoEvalLossMixin:
     """Validation generates and scores the episodes (every eval_* reward metric, which selection reads) but
     skips TRL's evaluation loss: the GRPO loss of fresh episodes at importance ratio 1 says nothing about
@@ -310,9 +325,12 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
 
     from biocheck.train.callbacks import TrainProgress, train_log
 
-    class BioCheckGRPOTrainer(ConsoleMixin, NoEvalLossMixin, TimedMixin, UnknownToolsMixin, GenerationCopyMixin,
-                              PromptCacheMixin, CDFSamplingMixin, SharedPrefixMixin, GRPOTrainer):
+    bank_ = bank
+
+    class BioCheckGRPOTrainer(ConsoleMixin, NoEvalLossMixin, GroupStatsMixin, TimedMixin, UnknownToolsMixin,
+                              GenerationCopyMixin, PromptCacheMixin, CDFSamplingMixin, SharedPrefixMixin, GRPOTrainer):
         console = TrainProgress(bar=progress, every=progress_every(cfg))
+        bank = bank_
         generation_dtype = cfg.generation_dtype
         share_prompt = cfg.share_prompt
         loss_tokens_only = cfg.loss_tokens_only

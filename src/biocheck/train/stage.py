@@ -163,12 +163,21 @@ def sft(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     return {"enabled": True, "out_dir": str(out), **stats}
 
 
-def make_bank(c: TrainSetup):
+def make_bank(c: TrainSetup, records: list | None = None):
+    """The reward bank; `records` (the training and validation claims): their gold papers, for the funnel."""
     from biocheck.train.reward_funcs import RewardBank
     from biocheck.wiring import make_judge
 
+    gold = {}
+    wanted = {e.doc_id for r in records or () for e in r.evidence}
+    if wanted:
+        from biocheck.data.prepare import load_corpus
+        from biocheck.rewards.funnel import gold_papers
+
+        sentences = {d.id: d.abstract for d in load_corpus(c.prepared) if d.id in wanted}
+        gold = {r.id: gold_papers(r.evidence, sentences.get) for r in records if r.evidence}
     # The judge also runs for outcome_only: its components are logged (weight 0) for the comparison.
-    return RewardBank(c.reward, make_judge(c.judge))
+    return RewardBank(c.reward, make_judge(c.judge), gold=gold)
 
 
 @contextlib.contextmanager
@@ -247,7 +256,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(start)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(start)
-    bank = make_bank(c)
+    bank = make_bank(c, train_recs + val_recs)
     variant = c.reward.variant
     with (tracking.run if main else _no_run)(
             f"train@{variant}", run_name=f"train {variant} seed={cfg.seed}",

@@ -19,6 +19,7 @@ from biocheck.agent.episode import Episode
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.rationale import RationaleCounts
 from biocheck.labels import Label
+from biocheck.rewards.funnel import Funnel
 
 
 @runtime_checkable
@@ -57,6 +58,7 @@ class Prediction(BaseModel):
     eqs_refuting: float | None = None  # ... and over the refuting items only
     eqs_reward_judge: float | None = None  # EQS by the training judge (reward.judge) when it is another judge
     rationale: RationaleCounts | None = None  # SciFact's gold-rationale counts (datasets with rationales)
+    funnel: Funnel | None = None  # the evidence funnel (rewards/funnel.py): claims with gold evidence papers
     searches: int = 0
     tokens: int = 0  # prompt + completion tokens when the backend reports them
     seconds: float = 0.0
