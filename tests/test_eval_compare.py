@@ -218,6 +218,7 @@ def test_paired_bootstrap_difference_interval_and_overlap():
         assert out[m]["lo"] <= out[m]["diff"] <= out[m]["hi"]
         assert 0.0 <= out[m]["p"] <= 1.0
     assert out["accuracy"]["diff"] > 0 and out["accuracy"]["p"] < 0.05
+    assert out["accuracy"]["p"] >= 2 / 301  # not one of 300 resamples on the other side of 0: p is 2 x 1/301, not 0
     assert out["accuracy"] == pytest.approx(accuracy_bootstrap(common, other, 300, 11))
     shuffled = other[:]
     random.Random(3).shuffle(shuffled)  # pairing is by claim id: the other system's file order does not matter
@@ -242,7 +243,8 @@ def accuracy_bootstrap(ref, other, resamples, seed):
     # each accuracy as its own sum / count, as the code does: on a discrete statistic BCa's bias term counts
     # resamples below the observed value, where one rounding (mean of differences) can flip a tie
     lo, hi, d = scipy_bca(lambda i: right_a[i].sum() / len(i) - right_b[i].sum() / len(i), len(delta), resamples, seed)
-    beyond = np.mean(d <= 0) if delta.mean() > 0 else np.mean(d >= 0)
+    k = np.sum(d <= 0) if delta.mean() > 0 else np.sum(d >= 0)
+    beyond = (k + 1) / (len(d) + 1)  # a resampling p is never 0: (k + 1) / (R + 1)
     return {"reference": np.mean([a.pred == a.gold for _, a, _ in pairs]),
             "other": np.mean([b.pred == b.gold for _, _, b in pairs]), "diff": delta.mean(), "mean": d.mean(),
             "lo": lo, "hi": hi, "p": min(1.0, 2 * beyond), "mdd": (norm.ppf(0.975) + norm.ppf(0.8)) * d.std(ddof=1),

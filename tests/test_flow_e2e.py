@@ -51,7 +51,7 @@ def _small(params: dict) -> dict:
     params["agent"].update(max_searches=1, max_new_tokens=24)
     params["evaluate"].update(limit=2, bootstrap=50, workers=2)
     params["orchestrate"].update(dask_workers=1, shards=2)
-    params["study"].update(seeds=[0], steps=1, eval_steps=1, limit=2, resamples=50)
+    params["study"].update(seeds=[0], steps=1, eval_steps=1, limit=2)
     return params
 
 

@@ -157,8 +157,8 @@ def test_the_start_unit_evaluates_the_start_on_every_claim_when_limit_is_null(tm
 GOLD = ["SUPPORTED", "REFUTED", "SUPPORTED", "REFUTED"]
 RIGHT = {  # unit -> right answers on the 4 claims
     "start": [0, 0, 1, 0],
-    "eg_grpo-s0": [1, 1, 1, 0], "eg_grpo-s1": [1, 0, 1, 1],
-    "outcome_only-s0": [1, 0, 0, 0], "outcome_only-s1": [0, 0, 1, 0],
+    "eg_grpo-s0": [1, 1, 1, 0], "eg_grpo-s1": [1, 1, 1, 1],
+    "outcome_only-s0": [1, 0, 0, 0], "outcome_only-s1": [0, 0, 0, 0],
 }
 CITES = {"eg_grpo": (2, 0), "outcome_only": (2, 1), "start": (1, 1)}  # (cited, hallucinated) per report
 
@@ -182,7 +182,7 @@ def analyzed(tmp_path, monkeypatch):
     for var in (tracking.PIPELINE_ENV, tracking.PARENT_NAME_ENV, tracking.RUN_TAGS_ENV):
         monkeypatch.delenv(var, raising=False)
     params = _profile("quickstart")
-    params["study"].update(name="hand", seeds=[0, 1], metrics=["accuracy", "ehr"], resamples=500)
+    params["study"].update(name="hand", seeds=[0, 1], metrics=["accuracy", "ehr"])
     for unit in RIGHT:
         folder = study.StudyConfig.eval_dir / unit / "predictions" / "eg_grpo"
         folder.mkdir(parents=True)
@@ -197,13 +197,18 @@ def analyzed(tmp_path, monkeypatch):
 def test_the_analysis_gives_the_hand_computed_differences(analyzed):
     params, out = analyzed
     acc = out["datasets"]["scifact"]["metrics"]["accuracy"]
-    # eg_grpo: seeds 3/4 and 3/4 -> 0.75; outcome_only: 1/4 and 1/4 -> 0.25; start 1/4
-    assert acc["values"] == {"start": 0.25, "eg_grpo": 0.75, "outcome_only": 0.25}
+    # eg_grpo: seeds 3/4 and 4/4 -> 0.875; outcome_only: 1/4 and 0 -> 0.125; start 1/4
+    assert acc["values"] == {"start": 0.25, "eg_grpo": 0.875, "outcome_only": 0.125}
+    assert acc["majority"] == {"label": "REFUTED", "rate": 0.5, "claims": 4}  # a tie: the label sorted first
     d = acc["differences"]
-    assert d["outcome_only"]["diff"] == pytest.approx(0.5) and d["start"]["diff"] == pytest.approx(0.5)
+    # paired by seed: 0.75 - 0.25 and 1 - 0 -> 0.5, 1.0; against the start: 0.5, 0.75
+    assert d["outcome_only"]["per_seed"] == [0.5, 1.0] and d["outcome_only"]["diff"] == pytest.approx(0.75)
+    assert d["start"]["per_seed"] == [0.5, 0.75] and d["start"]["diff"] == pytest.approx(0.625)
     assert (d["outcome_only"]["seeds"], d["outcome_only"]["claims"]) == (2, 4)
-    # per claim, share right over seeds: eg (1, .5, 1, .5) against outcome-only (.5, 0, .5, 0): better on all 4
-    assert d["outcome_only"]["sign_test"] | {} == {**d["outcome_only"]["sign_test"], "better": 4, "worse": 0}
+    # t(0.975, 1) = 12.706: 0.75 -+ 12.706 x 0.25 (sd 0.3536 / sqrt 2)
+    assert (d["outcome_only"]["lo"], d["outcome_only"]["hi"]) == (pytest.approx(0.75 - 12.7062 * 0.25, rel=1e-4),
+                                                                  pytest.approx(0.75 + 12.7062 * 0.25, rel=1e-4))
+    assert [(m["b"], m["c"]) for m in d["outcome_only"]["mcnemar"]] == [(2, 0), (4, 0)]
     ehr = out["datasets"]["scifact"]["metrics"]["ehr"]
     assert ehr["values"] == {"start": 1.0, "eg_grpo": 0.0, "outcome_only": 0.5}
     assert ehr["differences"]["start"]["diff"] == pytest.approx(-1.0)
@@ -215,7 +220,7 @@ def test_the_analysis_writes_metrics_report_plot_and_page(analyzed):
     cfg = study.study_config(params)
     metrics = json.loads(cfg.metrics_path.read_text())
     assert metrics["seeds"] == 2 and metrics["study"] == "hand"
-    assert metrics["scifact"]["accuracy"]["differences"]["outcome_only"]["diff"] == pytest.approx(0.5)
+    assert metrics["scifact"]["accuracy"]["differences"]["outcome_only"]["diff"] == pytest.approx(0.75)
     assert "sentence" not in json.dumps(metrics)  # numbers only: `dvc metrics show` / `diff`
     report = json.loads(cfg.report_path.read_text())
     assert report["size"] == {"seeds": 2, "variants": ["eg_grpo", "outcome_only"], "steps": cfg.steps,
@@ -226,13 +231,13 @@ def test_the_analysis_writes_metrics_report_plot_and_page(analyzed):
         u: (4, 4, sum(r)) for u, r in RIGHT.items()}
     with (cfg.plots_dir / "forest.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert [r["comparison"] for r in rows] == [f"scifact {m}: eg_grpo - {o}" for m in ("accuracy", "ehr")
-                                               for o in ("outcome_only", "start")]
-    assert float(rows[0]["diff"]) == pytest.approx(0.5) and float(rows[0]["lo"]) <= 0.5 <= float(rows[0]["hi"])
+    # EHR is the same in both seeds of each variant: no spread, no interval, so it is not plotted (not as 0)
+    assert [r["comparison"] for r in rows] == [f"scifact accuracy: eg_grpo - {o}" for o in ("outcome_only", "start")]
+    assert float(rows[0]["diff"]) == pytest.approx(0.75) and float(rows[0]["lo"]) <= 0.75 <= float(rows[0]["hi"])
     page = (cfg.page_dir / "index.html").read_text()
     for r in out["datasets"]["scifact"]["metrics"]["accuracy"]["differences"].values():
         assert r["sentence"].replace("'", "&#39;") in page
-    assert page.count('class="diff"') == 4 and "eg_grpo-s1" in page
+    assert page.count('class="diff"') == 4 and "eg_grpo-s1" in page  # a dot per difference, a line where it has an interval
     assert 'id="funnel"' in page and "gold paper retrieved" in page
     assert "evaluation gallery" not in page  # none here to link to
     Path("reports/eval").mkdir(parents=True)
@@ -250,7 +255,7 @@ def test_the_analysis_is_one_mlflow_run_under_the_study_parent(analyzed, tmp_pat
     [analysis] = [r for r in runs if r.info.run_name == "analysis hand"]
     assert analysis.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert analysis.data.tags["study"] == parent.data.tags["study"] == "hand"
-    assert analysis.data.metrics["scifact.accuracy.eg_grpo_minus_outcome_only.diff"] == pytest.approx(0.5)
+    assert analysis.data.metrics["scifact.accuracy.eg_grpo_minus_outcome_only.diff"] == pytest.approx(0.75)
 
 
 def test_units_nest_under_one_study_parent_tagged_with_variant_and_seed(tmp_path, monkeypatch):
@@ -467,7 +472,7 @@ def _git_project(tmp_path: Path, raw_dir: Path, tiny_model: Path) -> tuple[Path,
                            per_device_eval_batch_size=4, max_completion_length=96)
     params["agent"].update(max_searches=1, max_new_tokens=24)
     params["evaluate"].update(workers=2)
-    params["study"].update(name="e2e", seeds=[0, 1], steps=2, eval_steps=1, limit=2, resamples=200)
+    params["study"].update(name="e2e", seeds=[0, 1], steps=2, eval_steps=1, limit=2)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "DVC_NO_ANALYTICS": "1",

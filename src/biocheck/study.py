@@ -54,7 +54,6 @@ class StudyConfig:
     full_split: bool = False  # claims from the whole test split (data/prepared/full), not the profile's data.subset
     metrics: list[str] = field(default_factory=lambda: ["accuracy", "ehr", "eqs", "citing_rate", "grounded_rate"])
     reference: str = "eg_grpo"  # the variant every difference starts from
-    resamples: Count = 2000  # two-level bootstrap resamples
     # The gate: no training unit runs unless R_evidence varies in at least this share of the start's groups for
     # SUPPORTED and for REFUTED claims (the reward audit, `dvc repro audit`); below it, EG-GRPO's evidence term
     # would barely reach the gradient and the study could not test it. 0 turns the gate off.
@@ -264,7 +263,7 @@ def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
         for v in cfg.variants:
             systems[v] = [preds[u.name] for u in found if u.variant == v]
         try:
-            datasets[d] = analyze(systems, cfg.metrics, cfg.reference, others, n_resamples=cfg.resamples)
+            datasets[d] = analyze(systems, cfg.metrics, cfg.reference, others)
         except ValueError as e:  # units evaluated on other claims (a stale unit): rerun them
             raise InputError(f"{cfg.eval_dir}, {d}: {e}; rerun the stale units (`biocheck study run`)") from None
         # where grounding breaks, per unit (rewards/funnel.py); None for a dataset without gold evidence papers

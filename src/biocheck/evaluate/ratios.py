@@ -145,8 +145,8 @@ def mdd(diffs: np.ndarray, level: float = 0.95, power: float = POWER) -> float |
 
 def paired_stat(observed_a: float, observed_b: float, diff_ci: Interval | None) -> dict[str, Any]:
     """Reference minus other: observed diff, and from the paired bootstrap of the difference (`diff_ci`) its
-    mean, 95% interval (`interval` names the method), two-sided p (twice the share of resamples on the other
-    side of 0, ties included, capped at 1) and the minimum detectable difference."""
+    mean, 95% interval (`interval` names the method), two-sided p (twice (k + 1) / (R + 1), k of the R resamples
+    on the other side of 0, ties included, capped at 1: never 0) and the minimum detectable difference."""
     stat: dict[str, Any] = {"reference": _finite(observed_a), "other": _finite(observed_b), "diff": None,
                             "mean": None, "lo": None, "hi": None, "p": None, "mdd": None, "interval": None}
     if stat["reference"] is None or stat["other"] is None:
@@ -157,7 +157,9 @@ def paired_stat(observed_a: float, observed_b: float, diff_ci: Interval | None) 
         return stat
     d = diff_ci.distribution
     ok = d[np.isfinite(d)]
-    beyond = np.mean(ok <= 0) if diff > 0 else np.mean(ok >= 0) if diff < 0 else 1.0
+    # (k + 1) / (R + 1): a resampling p is never 0, its smallest value is one resample's worth
+    k = int(np.sum(ok <= 0)) if diff > 0 else int(np.sum(ok >= 0)) if diff < 0 else ok.size
+    beyond = (k + 1) / (ok.size + 1)
     stat.update(mean=float(ok.mean()), lo=diff_ci.lo, hi=diff_ci.hi, p=float(min(1.0, 2 * beyond)), mdd=mdd(d),
                 interval=f"paired {diff_ci.method} over claims")
     return stat

@@ -30,7 +30,7 @@ def forest_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
                 rows.append({"comparison": f"{d} {metric}: {ref} - {other}", "dataset": d, "metric": metric,
                              "other": other, **{k: x.get(k) for k in ("diff", "lo", "hi", "p", "mdd")},
                              "seeds": x.get("seeds"), "claims": x.get("claims"), "sentence": x.get("sentence"),
-                             "sign_test": x.get("sign_test")})
+                             "mcnemar": x.get("mcnemar")})
     return rows
 
 
@@ -69,6 +69,14 @@ def forest_svg(rows: Sequence[Mapping[str, Any]]) -> Markup:
         marks=marks, ticks=ticks))
 
 
+def _p_label(x: object) -> str:
+    """A p-value as the project prints one (headline.p_text: never "0", "<0.001" below it); "n/a" for none."""
+    from biocheck.evaluate.headline import p_text
+
+    shown = p_text(x)
+    return "n/a" if shown is None else shown[0]
+
+
 def write_page(page_dir: Path, report: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                gallery: Path | None = None) -> Path:
     """reports/study/index.html: the study's size, its units, the forest plot and the table of differences;
@@ -79,7 +87,7 @@ def write_page(page_dir: Path, report: Mapping[str, Any], rows: Sequence[Mapping
             if gallery is not None and Path(gallery).is_file() else None)
     html = env().get_template("study.html.jinja").render(
         title=f"BioCheck study {report['study']}", report=report, rows=rows, forest=forest_svg(rows), about=about,
-        readme=_readme_link(page_dir), gallery=link, fmt=_fmt)
+        readme=_readme_link(page_dir), gallery=link, fmt=_fmt, p_label=_p_label)
     write_text_atomic(page_dir / "index.html", html)
     return page_dir / "index.html"
 
