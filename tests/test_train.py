@@ -610,6 +610,9 @@ class _Trainer:
         return SimpleNamespace(training_loss=0.125)
 
 
+WARM = {"demonstrations": {"SUPPORTED": 2}, "citing": 0}  # the two stub demonstrations: SUPPORTED, no evidence
+
+
 class _Wiring:
     """Records every call `train` makes into the pieces it wires together."""
 
@@ -680,7 +683,7 @@ class _Wiring:
         monkeypatch.setattr(tracking, "run", run)
         monkeypatch.setattr(tracking, "log_metrics", lambda m: self.metrics.append(m))
 
-    def _demo(self, record, env, corpus, max_searches):
+    def _demo(self, record, env, corpus, max_searches, query="and"):
         self.demos.append((record.id, env, corpus, max_searches))
         return [{"role": "assistant", "content": f"demo of {record.id}"}]
 
@@ -744,7 +747,8 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     assert sft_cfg == SFTConfig(enabled=True, epochs=1, out_dir=sft_dir) and seed == 7 and progress is True
     assert json.loads((sft_dir / "config.json").read_text()) == {"from": str(base)}
     assert json.loads((sft_dir / "tokenizer.json").read_text()) == {"from": str(base)}
-    assert json.loads((sft_dir / "sft_stats.json").read_text()) == wiring.SFT_STATS
+    # the trainer's stats, and what the demonstrations were: by gold label, and how many quote evidence
+    assert json.loads((sft_dir / "sft_stats.json").read_text()) == {**wiring.SFT_STATS, **WARM}
     # GRPO starts from the SFT weights, with a left-padding tokenizer
     assert wiring.loads == [("tokenizer", base), ("model", base), ("tokenizer", sft_dir), ("model", sft_dir)]
     [t] = wiring.trainers
@@ -768,9 +772,9 @@ def test_train_wires_sft_the_trainer_tracking_and_metrics(wiring):
     assert wiring.runs == [("train@eg_grpo", {"train": plain(c.train), "agent": plain(c.agent),
                                       "reward": plain(c.reward), "judge": "openai:judge-x",
                                       "prompt_hash": prompts.hash(), "run_key": key, "start": str(sft_dir)})]
-    assert wiring.metrics == [{"sft.loss": 0.5, "sft.examples": 2}]
+    assert wiring.metrics == [{f"sft.{k}": v for k, v in {**wiring.SFT_STATS, **WARM}.items()}]
     assert stats == {"steps": 4, "train_loss": 0.125, "resumed_from": None, "eval_reward_start": 0.25,
-                     "eval_reward_last": 0.75, "sft": wiring.SFT_STATS}
+                     "eval_reward_last": 0.75, "sft": {**wiring.SFT_STATS, **WARM}}
     assert json.loads((wiring.tmp / "metrics" / "train.json").read_text()) == {
         k: v for k, v in stats.items() if k not in ("sft", "resumed_from")}
 
@@ -792,7 +796,7 @@ def test_train_resumes_and_reuses_the_sft_weights(wiring):
     assert t["trainer"].resumed == [str(out / "checkpoint-2")] and t["report_to"] == []
     assert len(wiring.metrics) == 1  # tracking off: no SFT numbers logged this time
     assert stats == {"steps": 3, "train_loss": 0.125, "resumed_from": str(out / "checkpoint-2"),
-                     "eval_reward_start": None, "eval_reward_last": None, "sft": wiring.SFT_STATS}
+                     "eval_reward_start": None, "eval_reward_last": None, "sft": {**wiring.SFT_STATS, **WARM}}
     assert json.loads((wiring.tmp / "metrics" / "train.json").read_text()) == {
         "steps": 3, "train_loss": 0.125, "eval_reward_start": None, "eval_reward_last": None}
     (sft_dir / "sft_stats.json").unlink()  # an SFT folder from before the stats were saved
@@ -820,7 +824,7 @@ def test_both_variants_start_from_one_warm_start_trained_once(wiring):
     params = wiring.params()
     sft_dir = wiring.tmp / "sft"
     stats = sft_stage(params, progress=False)
-    assert stats == {"enabled": True, "out_dir": str(sft_dir), **wiring.SFT_STATS} and len(wiring.sft) == 1
+    assert stats == {"enabled": True, "out_dir": str(sft_dir), **wiring.SFT_STATS, **WARM} and len(wiring.sft) == 1
     assert (sft_dir / "sft_key.json").is_file()
     for variant in ("eg_grpo", "outcome_only"):
         train_stage(params, progress=False, variant=variant)

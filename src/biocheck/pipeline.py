@@ -139,7 +139,7 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
         agent["llm"] = split_spec(agent["llm"])[0]
         return {"audit": plain(audit_config(p)), "agent": agent, "reward": plain(reward_cfg),
                 "judge": plain(judge_cfg), "search": plain(search_config(p, backend=train_cfg.search_backend)),
-                "train": {k: getattr(train_cfg, k) for k in ("num_generations", "temperature", "sft")},
+                "train": {k: getattr(train_cfg, k) for k in ("num_generations", "temperature", "sft", "curriculum")},
                 "start": str(model_config(p).out_dir), "prepared": str(prepared_dir(p))}
     if name == "evaluate":
         cfg, (reward_cfg, judge_cfg) = evaluate_config(p), reward_config(p)
@@ -526,6 +526,7 @@ def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
     from biocheck.evaluate.rationale import CorpusSentences
     from biocheck.evaluate.systems import make_system
     from biocheck.pubmed.corpus import articles_from_corpus
+    from biocheck.train.stage import training_claims
 
     p = params_of(params)
     cfg = audit_config(p, **overrides)
@@ -545,7 +546,8 @@ def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
         system.name = f"sample{k}"  # its own trace folder: audit/traces/sample<k>/<fingerprint>/scifact
         samples.append(system)
     train = load_split("scifact", "train", prepared_dir(p))
-    claims = pick_claims(train, cfg.claims, cfg.seed)
+    # the claims training learns from (train.curriculum): the audit asks about the groups training will see
+    claims = pick_claims(training_claims(train_setup(p), train), cfg.claims, cfg.seed)
     wanted = {e.doc_id for c in train for e in c.evidence}
     corpus = prepared_dir(p) / "corpus.jsonl"
     papers = {a.pmid: a for a in articles_from_corpus(corpus) if a.pmid in wanted} if corpus.is_file() else {}

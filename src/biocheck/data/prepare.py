@@ -55,6 +55,9 @@ class PrepareConfig:
     seed: int = 13
     keep_labels: dict[str, list[str]] = field(default_factory=_default_keep)  # per split
     subset: dict[str, int | None] = field(default_factory=dict)  # per split; None/missing = all
+    # Splits whose subset takes as many claims of each label as it can (not the split's own mix): a validation set
+    # on which a constant answer scores 1 / labels, so checkpoint selection cannot reward one.
+    balanced: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.raw_dir, self.out_dir = Path(self.raw_dir), Path(self.out_dir)
@@ -70,6 +73,9 @@ class PrepareConfig:
                 raise ValueError(f"data.subset: unknown split {split!r} (expected {list(SPLITS)})")
             if k is not None and (not isinstance(k, int) or k < 1):
                 raise ValueError(f"data.subset.{split}: {k!r} must be a positive integer or null (all)")
+        bad = [x for x in self.balanced if x not in SPLITS]
+        if bad:
+            raise ValueError(f"data.balanced: unknown split(s) {bad} (expected some of {list(SPLITS)})")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"data.val_fraction: {self.val_fraction} must be between 0 and 1")
 
@@ -112,7 +118,8 @@ def build(full: dict[str, list[ClaimRecord]], corpus: list[CorpusDoc], cfg: Prep
                 raise InputError(f"{ds}/{split}: no claims to write ({n} {split} claims, none labelled "
                                  f"{sorted(keep)}). Check data.keep_labels.{split} and data.val_fraction "
                                  "in params.yaml.")
-            working.setdefault(ds, {})[split] = stratified_subset(rows, cfg.subset.get(split), cfg.seed)
+            working.setdefault(ds, {})[split] = stratified_subset(rows, cfg.subset.get(split), cfg.seed,
+                                                                  balanced=split in cfg.balanced)
     return Prepared(full=full, working=working, corpus=corpus)
 
 

@@ -41,14 +41,36 @@ def _quotas(sizes: dict[str, int], k: int) -> dict[str, int]:
     return quota
 
 
-def stratified_subset(records: Sequence[ClaimRecord], k: int | None, seed: int) -> list[ClaimRecord]:
-    """A seeded subset of k records with the label mix of the whole, kept in the input order."""
+def _balanced_quotas(sizes: dict[str, int], k: int) -> dict[str, int]:
+    """k over groups as evenly as their sizes allow: each gets k // groups, a small group gives its shortfall to the
+    others, and the remainder goes to the largest groups first."""
+    quota = dict.fromkeys(sizes, 0)
+    left = k
+    while left > 0:
+        open_ = [g for g in sorted(sizes, key=lambda g: (-sizes[g], g)) if quota[g] < sizes[g]]
+        if not open_:
+            break
+        share = max(1, left // len(open_))
+        for g in open_:
+            take = min(share, sizes[g] - quota[g], left)
+            quota[g] += take
+            left -= take
+            if left == 0:
+                break
+    return quota
+
+
+def stratified_subset(records: Sequence[ClaimRecord], k: int | None, seed: int,
+                      balanced: bool = False) -> list[ClaimRecord]:
+    """A seeded subset of k records with the label mix of the whole (`balanced`: as many of each label as the
+    records allow), kept in the input order."""
     if k is None or k >= len(records):
         return list(records)
     if k < 0:
         raise ValueError(f"subset size must be >= 0, got {k}")
     groups = _by_label(records)
-    quota = _quotas({g: len(v) for g, v in groups.items()}, k)
+    sizes = {g: len(v) for g, v in groups.items()}
+    quota = _balanced_quotas(sizes, k) if balanced else _quotas(sizes, k)
     rng = random.Random(seed)
     keep = set()
     for g, members in groups.items():

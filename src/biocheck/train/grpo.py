@@ -81,6 +81,10 @@ class TrainConfig:
     # SFTConfig fields; {enabled: false} in the paper profile. Its out_dir defaults to `sft` beside out_dir
     # (models/sft): one warm start that every reward variant's run begins from (`biocheck sft`).
     sft: dict[str, Any] = field(default_factory=dict)
+    # Which training claims GRPO learns from: null, the profile's split; "reachable", only those on which a
+    # demonstration's search (train.sft.query) shows a gold rationale sentence (train/demos.reachable), where
+    # R_evidence's credit is within reach. The same claims for every reward variant (a documented curriculum).
+    curriculum: Literal["reachable"] | None = None
     sample_episodes: NonNegative = 4  # rollouts logged to MLflow per logging step
     metrics_path: Path | None = Path("metrics/train.json")  # null: write no metrics file (benchmarks)
 

@@ -13,7 +13,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from biocheck.bounds import Count, Positive
 
@@ -28,9 +28,16 @@ class SFTConfig:
     max_length: Count = 4096  # tokens; longer demonstrations are skipped
     max_examples: Count | None = None
     out_dir: Path = Path("models/sft")
+    # How a demonstration searches and which ones are trained on (train/demos.py): "and" and "first" are the
+    # warm start before issue 48 (most demonstrations conclude NEI); "or" and "citing" teach what the reward asks.
+    query: Literal["and", "or"] = "and"
+    demos: Literal["first", "citing"] = "first"
+    nei_examples: Count = 0  # with demos "citing": NEI demonstrations of NEI-gold training claims, added
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
+        if self.nei_examples and self.demos != "citing":
+            raise ValueError("nei_examples needs demos: citing (demos: first already takes claims as they come)")
 
 
 def render_ids(tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,42 @@ def sft_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: l
         "base": base_fingerprint, "train_ids": list(train_ids), "demos": DEMO_FORMAT})
 
 
+def training_claims(c: TrainSetup, train_recs: list, tool=None, prompts: Prompts | None = None) -> list:
+    """The training claims GRPO learns from: `train_recs`, or with train.curriculum "reachable" those on which a
+    demonstration's search (train.sft.query) shows a gold rationale sentence (train/demos.reachable)."""
+    if c.train.curriculum is None:
+        return list(train_recs)
+    from biocheck.data.prepare import load_corpus
+    from biocheck.train.demos import reachable
+    from biocheck.train.env import make_env
+    from biocheck.train.sft import SFTConfig
+    from biocheck.wiring import make_prompts, make_search_tool
+
+    tool = tool or make_search_tool(c.search)
+    prompts = prompts or make_prompts(c.agent, tool)
+    env = make_env(tool, prompts, c.agent.max_searches, c.agent.abstract_chars)
+    corpus = {d.id: d for d in load_corpus(c.prepared)}
+    kept = reachable(list(train_recs), env, corpus, c.agent.max_searches, SFTConfig(**c.train.sft).query)
+    if not kept:
+        from biocheck.io import InputError
+
+        raise InputError(f"train.curriculum reachable: none of the {len(train_recs)} training claims shows a gold "
+                         "rationale to a demonstration's search; set train.curriculum: null or widen data.subset.train")
+    log.info("train.curriculum reachable: %d of %d training claims", len(kept), len(train_recs))
+    return kept
+
+
+def demo_pool(c: TrainSetup, train_recs: list) -> list:
+    """The claims demonstrations are built from: the profile's training split (sft.demos "first"), or every
+    training claim of the release, NEI included (sft.demos "citing"; never a validation or test claim)."""
+    from biocheck.data.prepare import load_full
+    from biocheck.train.sft import SFTConfig
+
+    if SFTConfig(**c.train.sft).demos == "first":
+        return train_recs
+    return [r for r in load_full("scifact", c.prepared) if r.split == "train"]
+
+
 def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, train_recs: list,
                progress: bool = True) -> tuple[Any, dict[str, Any]]:
     """(the model GRPO starts from, the warm start's stats): models/base when train.sft.enabled is false,
@@ -103,7 +140,7 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
 
     from biocheck.data.prepare import load_corpus
     from biocheck.outputs import claim_dir, output_dir
-    from biocheck.train.demos import demonstration
+    from biocheck.train.demos import choose, cites, demonstration
     from biocheck.train.env import make_env
     from biocheck.train.grpo import recorded_key
     from biocheck.train.sft import SFTConfig, train_sft
@@ -111,7 +148,8 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
     sft_cfg = SFTConfig(**c.train.sft)
     if not sft_cfg.enabled:
         return c.model.out_dir, {}
-    out, key = sft_cfg.out_dir, sft_key(c, prompts, base_fingerprint, [r.id for r in train_recs])
+    pool = demo_pool(c, train_recs)
+    out, key = sft_cfg.out_dir, sft_key(c, prompts, base_fingerprint, [r.id for r in pool])
     state = PartialState()
 
     def current() -> bool:  # a damaged sft_key.json is another warm start: trained again, no traceback
@@ -126,9 +164,13 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
         model = AutoModelForCausalLM.from_pretrained(base)
         env = make_env(tool, prompts, c.agent.max_searches, c.agent.abstract_chars)
         corpus = {d.id: d for d in load_corpus(c.prepared)}
-        convs = [prompts.messages(r.claim) + demonstration(r, env, corpus, c.agent.max_searches) for r in train_recs]
+        built = [(r, demonstration(r, env, corpus, c.agent.max_searches, sft_cfg.query)) for r in pool]
+        chosen = choose(built, sft_cfg.demos, sft_cfg.max_examples, sft_cfg.nei_examples, seed=c.train.seed)
+        convs = [prompts.messages(r.claim) + messages for r, messages in chosen]
         stats = train_sft(model, tok, convs, sft_cfg, tools=[prompts.tool_schema()], seed=c.train.seed,
                           progress=progress)
+        stats["demonstrations"] = dict(Counter(r.label.value for r, _ in chosen))  # by gold label
+        stats["citing"] = sum(cites(m) for _, m in chosen)  # demonstrations that quote evidence
         with output_dir(out, *SFT_OUTPUT) as tmp:  # a kill mid-save leaves the old folder (or none), never half of one
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
@@ -223,10 +265,11 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
     _quiet_transformers(progress)
     cfg, agent_cfg = c.train, c.agent
     base = c.model.out_dir
-    train_recs = load_split("scifact", "train", c.prepared)
+    split = load_split("scifact", "train", c.prepared)
     val_recs = load_split("scifact", "val", c.prepared)
     tool = make_search_tool(c.search)
     prompts = make_prompts(agent_cfg, tool)
+    train_recs = training_claims(c, split, tool, prompts)  # train.curriculum; the warm start's demos use `split`
     check_model_dir(base)  # weights cut short: one line naming the file, before any work
     base_fingerprint = model_fingerprint(base)
     key = run_key(c, prompts, base_fingerprint, [r.id for r in train_recs], [r.id for r in val_recs])
@@ -243,7 +286,7 @@ def train(c: TrainSetup, progress: bool = True) -> dict[str, Any]:
 
         check_resume(resume)
 
-    start, sft_stats = warm_start(c, prompts, tool, base_fingerprint, train_recs, progress=progress)
+    start, sft_stats = warm_start(c, prompts, tool, base_fingerprint, split, progress=progress)
     done = finished(resume, cfg.max_steps) if resume else None
     if done is not None:  # resuming a finished run would train steps past max_steps (the Trainer runs one more)
         log.info("%s already holds all %d steps of this run: nothing to train", resume, cfg.max_steps)

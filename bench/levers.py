@@ -1,0 +1,165 @@
+"""The levers that make R_evidence's credit reachable, side by side in one run: each lever's warm start and the
+reward audit of it (groups in which R_evidence varies, per label; the evidence funnel of the start's episodes).
+
+    python bench/levers.py --project ../smol                       # every lever below, in order
+    python bench/levers.py --project ../smol --levers today citing_or --claims 16
+
+PROJECT is a checkout on the profile to measure (e.g. `biocheck profile use smol && dvc repro audit` done there:
+its data, index, base model and judge are used). Each lever is a set of params changed on top of PROJECT's
+params.yaml. Its warm start goes to SCRATCH/sft-<its sft settings>, shared by the levers with the same ones (a
+lever with today's warm start uses PROJECT's models/sft: its key matches, nothing is retrained). Every audit
+reads and adds to PROJECT's audit/ cache: episodes are cached per start model and claim, so a lever whose start
+and claims were sampled before only re-scores them. Each audit's summary goes to SCRATCH/<lever>/audit.json.
+Before the levers, two measurements that need no model: how often a demonstration's search (sft.query) finds a
+gold paper and shows a gold rationale over every SUPPORTED / REFUTED training claim of the release, and what a
+constant answer (always SUPPORTED) scores on the validation claims with and without data.balanced.
+
+Writes OUT (default bench/results/levers.json; each lever with its params, warm start, audit and seconds) and
+prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+LEVERS: dict[str, dict[str, Any]] = {
+    "today": {},  # the profile's warm start: the first 32 training claims, AND queries
+    "or": {"train.sft.query": "or"},  # searches that find gold papers
+    "citing": {"train.sft.demos": "citing"},  # citing demonstrations balanced between the labels
+    "curriculum": {"train.curriculum": "reachable"},  # training claims on which credit is reachable
+    "citing_or": {"train.sft.demos": "citing", "train.sft.query": "or"},
+    "citing_or_curriculum": {"train.sft.demos": "citing", "train.sft.query": "or", "train.curriculum": "reachable"},
+    "citing_or_curriculum_g8": {"train.sft.demos": "citing", "train.sft.query": "or", "train.curriculum": "reachable",
+                                "train.num_generations": 8},
+}
+
+
+def _set(params: dict[str, Any], key: str, value: Any) -> None:
+    node = params
+    *path, last = key.split(".")
+    for part in path:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def lever_params(base: dict[str, Any], changes: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """PROJECT's params with the lever's changes; a changed warm start in SCRATCH/sft-<its settings>."""
+    p = copy.deepcopy(base)
+    for key, value in changes.items():
+        _set(p, key, value)
+    sft = sorted((k.removeprefix("train.sft."), v) for k, v in changes.items() if k.startswith("train.sft."))
+    if sft:
+        _set(p, "train.sft.out_dir", str(scratch / ("sft-" + "-".join(f"{k}={v}" for k, v in sft))))
+    return p
+
+
+def searches(params: dict[str, Any]) -> dict[str, Any]:
+    """Per query style: of every SUPPORTED / REFUTED training claim of the release, how many a demonstration's
+    search finds a gold paper for and shows a gold rationale to (its demonstration cites)."""
+    from biocheck.data.prepare import load_corpus, load_full
+    from biocheck.pipeline import train_setup
+    from biocheck.train.demos import QUERY_STYLES, cites, demonstration
+    from biocheck.train.env import make_env
+    from biocheck.wiring import make_prompts, make_search_tool
+
+    c = train_setup(params)
+    tool = make_search_tool(c.search)
+    env = make_env(tool, make_prompts(c.agent, tool), c.agent.max_searches, c.agent.abstract_chars)
+    corpus = {d.id: d for d in load_corpus(c.prepared)}
+    claims = [r for r in load_full("scifact", c.prepared) if r.split == "train" and r.evidence]
+    out = {}
+    for style in QUERY_STYLES:
+        found, shown = Counter(), Counter()
+        for r in claims:
+            messages = demonstration(r, env, corpus, c.agent.max_searches, style)
+            found[r.label.value] += bool({e.doc_id for e in r.evidence} & set(env.budget.ledger))
+            shown[r.label.value] += cites(messages)
+        out[style] = {"claims": dict(Counter(r.label.value for r in claims)), "gold_retrieved": dict(found),
+                      "rationale_shown": dict(shown)}
+    return out
+
+
+def constant_answer(params: dict[str, Any], size: int) -> dict[str, Any]:
+    """Always-SUPPORTED's outcome reward on the validation claims the profile's split gives, and on a balanced
+    split of `size` (data.balanced: [val])."""
+    from biocheck.data.prepare import load_full
+    from biocheck.data.split import stratified_subset
+    from biocheck.wiring import prepare_config, prepared_dir
+
+    cfg = prepare_config(params)
+    keep = set(cfg.keep_labels.get("val", []))
+    val = [r for r in load_full("scifact", prepared_dir(params)) if r.split == "val" and r.label.value in keep]
+    out = {}
+    for name, k, balanced in (("profile", cfg.subset.get("val"), "val" in cfg.balanced), ("balanced", size, True)):
+        chosen = stratified_subset(val, k, cfg.seed, balanced=balanced)
+        labels = Counter(r.label.value for r in chosen)
+        out[name] = {"claims": len(chosen), "labels": dict(labels),
+                     "always_supported": labels.get("SUPPORTED", 0) / len(chosen)}
+    return out
+
+
+def run_lever(name: str, base: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    from biocheck.evaluate.audit import evidence_signal
+    from biocheck.pipeline import audit_stage, sft_stage
+
+    p = lever_params(base, LEVERS[name], scratch)
+    t0 = time.perf_counter()
+    sft = sft_stage(p, progress=False)
+    t1 = time.perf_counter()
+    audit = audit_stage(p, out=scratch / name / "audit.json")
+    t2 = time.perf_counter()
+    return {"changes": LEVERS[name], "sft": {k: sft.get(k) for k in ("examples", "demonstrations", "citing", "seconds")},
+            "sft_seconds": round(t1 - t0, 1), "audit_seconds": round(t2 - t1, 1),
+            "evidence_signal": evidence_signal(audit), "groups_varying": audit["groups_varying"],
+            "evidence": audit["evidence"], "funnel": audit["funnel"], "claims": audit["claims"],
+            "episodes": audit["episodes"], "warnings": audit["warnings"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--project", type=Path, required=True)
+    ap.add_argument("--levers", nargs="+", default=list(LEVERS), choices=list(LEVERS))
+    ap.add_argument("--claims", type=int, help="audit.claims (default: the profile's)")
+    ap.add_argument("--scratch", type=Path, help="default: PROJECT/levers")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "levers.json")
+    args = ap.parse_args()
+    os.chdir(args.project)
+    os.environ.setdefault("BIOCHECK_TRACKING", "off")  # measurements, not pipeline runs
+    from biocheck.wiring import params_of
+
+    base = params_of("params.yaml")
+    if args.claims:
+        _set(base, "audit.claims", args.claims)
+    scratch = (args.scratch or args.project / "levers").resolve()
+    result = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    result.update(profile=base.get("profile"), audit_claims=base["audit"]["claims"],
+                  searches=searches(base), validation=constant_answer(base, 16))
+    print(json.dumps({"searches": result["searches"], "validation": result["validation"]}, indent=1), flush=True)
+    result.setdefault("levers", {})
+    for name in args.levers:
+        r = run_lever(name, base, scratch)
+        result["levers"][name] = r
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        sig = r["evidence_signal"]
+        steps = {lab: {k: f["steps"][k]["count"] for k in ("retrieved", "cited", "verbatim", "rationale", "credited")}
+                 for lab, f in r["funnel"].items()}
+        print(f"{name}: R_evidence varies in S {sig['SUPPORTED']['varying']}/{sig['SUPPORTED']['groups']}, "
+              f"R {sig['REFUTED']['varying']}/{sig['REFUTED']['groups']} groups; funnel {steps}; demos "
+              f"{r['sft']['demonstrations']} ({r['sft']['citing']} citing); sft {r['sft_seconds']} s, audit "
+              f"{r['audit_seconds']} s", flush=True)
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
