@@ -12,6 +12,7 @@ import copy
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -541,3 +542,38 @@ def test_a_study_runs_through_dvc_and_a_killed_one_resumes_without_redoing_units
     trained = {(r.data.tags["variant"], r.data.tags["seed"]) for r in runs
                if r.data.tags.get("stage") == "train" and r.data.tags.get("mlflow.parentRunId") in parents}
     assert trained == {(v, str(s)) for v in ("eg_grpo", "outcome_only") for s in (0, 1)}
+
+
+# --- reviewable results: export, and the analysis recomputed from the exported files alone ----------------
+
+def test_an_export_recomputes_to_the_same_analysis_from_its_files_alone(analyzed, tmp_path, monkeypatch):
+    params, _ = analyzed
+    # a training unit's per-step log: the last checkpoint's log_history, only the reward's keys
+    ckpt = study.StudyConfig.out_dir / "eg_grpo-s0" / "checkpoint-2"
+    ckpt.mkdir(parents=True)
+    history = [{"step": 1, "loss": 0.1, "reward": 0.5, "rewards/evidence/mean": 0.2, "groups/evidence/varying": 0.5,
+                "groups/evidence/std": 0.1, "funnel/retrieved": 0.75, "grad_norm": 3.0, "learning_rate": 1e-5},
+               {"step": 2, "eval_reward": 0.4, "eval_groups/evidence/varying": 0.25}]
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
+    dest = study.export(params, tmp_path / "export")
+    assert sorted(p.name for p in (dest / "units").iterdir()) == sorted(RIGHT)
+    steps = [json.loads(x) for x in (dest / "units" / "eg_grpo-s0" / "steps.jsonl").read_text().splitlines()]
+    assert steps == [{k: v for k, v in history[0].items() if k not in ("grad_norm", "learning_rate")}, history[1]]
+    assert (dest / "units" / "eg_grpo-s1" / "steps.jsonl").read_text() == ""  # no checkpoint: no steps
+    assert all(json.loads(x)["trace"] is None for x in (dest / "units" / "start" / "scifact.jsonl").read_text().splitlines())
+    for folder in ("study", "reports", "metrics"):  # nothing of the project is read back
+        shutil.rmtree(folder, ignore_errors=True)
+    monkeypatch.chdir(tmp_path)
+    out = study.recompute(dest)
+    assert out["matches"] is True
+    assert out["report"]["datasets"]["scifact"]["metrics"]["accuracy"]["differences"]["outcome_only"]["diff"] == \
+        pytest.approx(0.75)
+    # a changed prediction no longer matches the exported analysis: the command says so, exit 1
+    f = dest / "units" / "eg_grpo-s0" / "scifact.jsonl"
+    lines = f.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["pred"] = "REFUTED" if first["pred"] == "SUPPORTED" else "SUPPORTED"
+    f.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    r = CliRunner().invoke(app, ["study", "recompute", str(dest)])
+    assert r.exit_code == 1 and "differs from" in r.output
+    assert study.recompute(dest)["matches"] is False

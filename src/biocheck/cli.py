@@ -950,11 +950,12 @@ def study_evaluate(
 
 @study_app.command("analyze")
 def study_analyze(params: ParamsOpt = Path("params.yaml")) -> None:
-    """The study's answer from every unit's predictions: differences with their two-level bootstrap.
+    """The study's answer from every unit's predictions: differences with their t interval over seeds.
 
-    For each dataset and metric: the reference variant minus each other variant and minus the start, with a
-    95% interval over seeds and claims, p, the minimum detectable difference and a sentence of what the study
-    can say. Writes metrics/study.json, reports/study.json, metrics/study_plots/forest.csv and
+    For each dataset and metric: the reference variant minus each other variant and minus the start (paired by
+    seed), with a 95% t interval over seeds, p, the minimum detectable difference, exact McNemar tests per seed
+    for the per-claim rates, the majority-class rate beside accuracy, each unit's evidence funnel and a sentence
+    of what the study can say. Writes metrics/study.json, reports/study.json, metrics/study_plots/forest.csv and
     reports/study/index.html, and logs one MLflow run under `study <name>`.
     """
     from biocheck.study import analyze_units
@@ -966,6 +967,51 @@ def study_analyze(params: ParamsOpt = Path("params.yaml")) -> None:
             for d in entry["differences"].values():
                 err.print(d["sentence"], markup=False, highlight=False, soft_wrap=True)
     err.print(f"-> {out['report']}, {out['page']}", markup=False, highlight=False)
+
+
+@study_app.command("export")
+def study_export(
+    to: Annotated[Path | None, typer.Option("--to", help="The folder [default: bench/results/study_<name>].")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Write the study's reviewable files, small enough for git, after `biocheck study run`.
+
+    The params it ran with, each unit's per-claim predictions (no trace paths), its checkpoint selection, each
+    training unit's per-step reward log (every term's mean and std, the share of groups in which it varies, its
+    within-group std, the evidence funnel) and the analysis. `biocheck study recompute DIR` gives the analysis
+    back from them alone.
+
+    Example: biocheck study export --to bench/results/study_pilot
+    """
+    from biocheck.study import export, study_config
+    from biocheck.wiring import params_of
+
+    p = _run(params_of, params)
+    dest = to or Path("bench/results") / f"study_{_run(study_config, p).name}"
+    _run(export, p, dest)
+    err.print(f"study files -> {dest} (commit them with the results they support)", markup=False, highlight=False)
+
+
+@study_app.command("recompute")
+def study_recompute(folder: Annotated[Path, typer.Argument(help="A folder `biocheck study export` wrote.")]) -> None:
+    """Recompute a study's analysis from its exported files alone, and say whether it matches the export's.
+
+    Prints every difference's sentence; exit 1 when the recomputed numbers differ from the exported analysis.
+
+    Example: biocheck study recompute bench/results/study_pilot
+    """
+    from biocheck.study import recompute
+
+    out = _run(recompute, folder)
+    for result in out["report"]["datasets"].values():
+        for entry in result["metrics"].values():
+            for d in entry["differences"].values():
+                print(d["sentence"])
+    if not out["matches"]:
+        _fail(f"{folder}: the recomputed analysis differs from {folder / 'study.json'}: the files and the analysis "
+              "are not of the same study (export it again)")
+    err.print(f"{folder}: recomputed from the per-claim files alone; it matches study.json", markup=False,
+              highlight=False)
 
 
 report_app = typer.Typer(help="Reports about the pipeline's results (the pull-request evaluation comment).",

@@ -246,34 +246,43 @@ def _predictions(unit: Unit, dataset: str) -> list[Any]:
     return [Prediction.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
-    """`biocheck study analyze`: every metric's difference, reference variant minus each other variant and minus
-    the start, per dataset, from the units' predictions; written to the metrics, report, plot and page."""
+def study_report(cfg: StudyConfig, profile: str | None, preds: dict[str, dict[str, list[Any]]],
+                 selections: dict[str, Any]) -> dict[str, Any]:
+    """The study's whole answer from each unit's predictions ({unit: {dataset: [Prediction]}}, the start first)
+    and selections: per dataset every metric's values and differences, and each unit's evidence funnel."""
     from biocheck.evaluate.study import analyze
-    from biocheck.evaluate.study_page import forest_rows, write_forest_csv, write_page
     from biocheck.rewards.funnel import summarize as summarize_funnel
 
-    cfg = study_config(params)
     found = eval_units(cfg)
     others = [v for v in cfg.variants if v != cfg.reference] + [START]
     datasets = {}
     for d in cfg.datasets:
-        preds = {u.name: _predictions(u, d) for u in found}
-        systems = {START: [preds[found[0].name]]}
+        systems = {START: [preds[START][d]]}
         for v in cfg.variants:
-            systems[v] = [preds[u.name] for u in found if u.variant == v]
+            systems[v] = [preds[u.name][d] for u in found if u.variant == v]
         try:
             datasets[d] = analyze(systems, cfg.metrics, cfg.reference, others)
         except ValueError as e:  # units evaluated on other claims (a stale unit): rerun them
             raise InputError(f"{cfg.eval_dir}, {d}: {e}; rerun the stale units (`biocheck study run`)") from None
-        # where grounding breaks, per unit (rewards/funnel.py); None for a dataset without gold evidence papers
-        datasets[d]["funnel"] = {name: summarize_funnel([p.funnel for p in ps]) for name, ps in preds.items()}
-    selections = {u.name: _selection(u) for u in found}
-    report = {"study": cfg.name, "profile": params.get("profile"), "reference": cfg.reference,
-              "size": {"seeds": len(cfg.seeds), "variants": list(cfg.variants), "steps": cfg.steps,
-                       "claims": {d: next(iter(r["metrics"].values()))["differences"].get(START, {}).get("claims")
-                                  for d, r in datasets.items()}},
-              "units": selections, "datasets": datasets}
+        # where grounding breaks, per unit (rewards/funnel.py)
+        datasets[d]["funnel"] = {u.name: summarize_funnel([p.funnel for p in preds[u.name][d]]) for u in found}
+    return {"study": cfg.name, "profile": profile, "reference": cfg.reference,
+            "size": {"seeds": len(cfg.seeds), "variants": list(cfg.variants), "steps": cfg.steps,
+                     "claims": {d: next(iter(r["metrics"].values()))["differences"].get(START, {}).get("claims")
+                                for d, r in datasets.items()}},
+            "units": selections, "datasets": datasets}
+
+
+def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
+    """`biocheck study analyze`: every metric's difference, reference variant minus each other variant and minus
+    the start, per dataset, from the units' predictions; written to the metrics, report, plot and page."""
+    from biocheck.evaluate.study_page import forest_rows, write_forest_csv, write_page
+
+    cfg = study_config(params)
+    found = eval_units(cfg)
+    preds = {u.name: {d: _predictions(u, d) for d in cfg.datasets} for u in found}
+    report = study_report(cfg, params.get("profile"), preds, {u.name: _selection(u) for u in found})
+    datasets = report["datasets"]
     numbers = {d: {m: {"values": e["values"],
                        "differences": {o: {k: x[k] for k in ("diff", "lo", "hi", "p", "mdd")}
                                        for o, x in e["differences"].items()}}
@@ -287,6 +296,81 @@ def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
     page = write_page(cfg.page_dir, report, rows, gallery=evaluate_config(params).report_dir / "index.html")
     _log(cfg, params, numbers)
     return {"report": str(cfg.report_path), "page": str(page), "datasets": datasets}
+
+
+# --- reviewable results: a study's per-claim and per-step files, and the analysis recomputed from them ---------
+
+EXPORT_PARAMS = "params.yaml"  # the exact params the study ran with
+EXPORT_REPORT = "study.json"  # the analysis as the study wrote it (reports/study.json)
+STEP_KEYS = ("step", "epoch", "loss", "reward", "reward_std", "eval_reward", "eval_reward_std", "kl", "entropy")
+STEP_PREFIXES = ("rewards/", "groups/", "funnel/", "eval_rewards/", "eval_groups/", "eval_funnel/",
+                 "completions/mean_length", "eval_completions/mean_length")
+
+
+def unit_steps(checkpoints: Path) -> list[dict[str, Any]]:
+    """A training unit's per-step log (the last checkpoint's log_history): the reward, each term's mean and std
+    over the batch, each term's share of groups in which it varies and its mean within-group std, the funnel."""
+    from biocheck.train.grpo import latest_checkpoint
+
+    last = latest_checkpoint(checkpoints)
+    if last is None:
+        return []
+    history = json.loads((last / "trainer_state.json").read_text()).get("log_history", [])
+    return [{k: v for k, v in row.items() if k in STEP_KEYS or k.startswith(STEP_PREFIXES)} for row in history]
+
+
+def export(params: dict[str, Any], dest: Path | str, root: Path | str = ".") -> Path:
+    """`biocheck study export`: the study's reviewable files, small enough for git: the params it ran with, each
+    unit's per-claim predictions per dataset, its selection and (training units) its per-step reward log, and the
+    analysis. `recompute` gives the analysis back from these files alone."""
+    import yaml
+
+    cfg = study_config(params)
+    root, dest = Path(root), Path(dest)
+    report = root / cfg.report_path
+    if not report.is_file():
+        raise InputError(f"{report}: no analysis to export; run `biocheck study run` (or `biocheck study analyze`)")
+    from biocheck.io import write_text_atomic
+
+    for u in eval_units(cfg):
+        folder = dest / "units" / u.name
+        for d in cfg.datasets:
+            lines = [p.model_copy(update={"trace": None}) for p in _predictions(Unit(u.name, u.variant, u.seed,
+                                                                                     root / u.eval_dir), d)]
+            write_text_atomic(folder / f"{d}.jsonl", "".join(p.model_dump_json() + "\n" for p in lines))
+        selection = _selection(Unit(u.name, u.variant, u.seed, root / u.eval_dir))
+        write_json_atomic(folder / "selection.json", selection)
+        if u.variant is not None:
+            steps = unit_steps(root / cfg.out_dir / u.name)
+            write_text_atomic(folder / "steps.jsonl", "".join(json.dumps(r) + "\n" for r in steps))
+    write_text_atomic(dest / EXPORT_PARAMS, yaml.safe_dump(params, sort_keys=False))
+    write_json_atomic(dest / EXPORT_REPORT, json.loads(report.read_text()))
+    return dest
+
+
+def recompute(dest: Path | str) -> dict[str, Any]:
+    """The analysis from an export's files alone (its params, per-claim predictions and selections): the report
+    `study_report` gives, and whether its numbers equal the exported analysis's (`matches`)."""
+    import yaml
+
+    from biocheck.evaluate.systems.base import Prediction
+
+    dest = Path(dest)
+    if not (dest / EXPORT_PARAMS).is_file():
+        raise InputError(f"{dest}: not a study export (no {EXPORT_PARAMS}); make one with `biocheck study export`")
+    params = yaml.safe_load((dest / EXPORT_PARAMS).read_text())
+    cfg = study_config(params)
+    preds, selections = {}, {}
+    for u in eval_units(cfg):
+        folder = dest / "units" / u.name
+        preds[u.name] = {d: [Prediction.model_validate_json(line) for line in
+                             (folder / f"{d}.jsonl").read_text().splitlines() if line.strip()] for d in cfg.datasets}
+        sel = folder / "selection.json"
+        selections[u.name] = json.loads(sel.read_text()) if sel.is_file() else None
+    report = study_report(cfg, params.get("profile"), preds, selections)
+    saved = json.loads((dest / EXPORT_REPORT).read_text()) if (dest / EXPORT_REPORT).is_file() else None
+    fresh = json.loads(json.dumps(report))  # as JSON reads it back (tuples -> lists)
+    return {"report": fresh, "matches": saved is not None and saved.get("datasets") == fresh["datasets"]}
 
 
 def _selection(unit: Unit) -> dict[str, Any] | None:
@@ -465,6 +549,6 @@ def run_local(root: Path | str = ".", upstream: bool = True, report: Any = None,
     return done
 
 
-__all__ = ["AUDIT_STAGE", "GateError", "check_gate", "gate", "gate_message", "START", "STUDY_DVC", "StudyConfig", "Unit", "analyze_units", "eval_units", "evaluate_unit",
+__all__ = ["export", "recompute", "study_report", "unit_steps", "AUDIT_STAGE", "GateError", "check_gate", "gate", "gate_message", "START", "STUDY_DVC", "StudyConfig", "Unit", "analyze_units", "eval_units", "evaluate_unit",
            "selected_checkpoint", "stages", "start_dir", "study_config", "train_unit", "unit_name", "unit_overrides",
            "unit_params", "unit_states", "units", "run_local", "stage_inputs", "model_spec"]
