@@ -22,6 +22,7 @@ from biocheck.evaluate.study import (
     mdd,
     observed,
     per_seed,
+    seeds_needed,
     sentence,
 )
 from biocheck.evaluate.systems.base import Prediction
@@ -89,6 +90,15 @@ def test_mdd_is_the_difference_the_t_test_finds_with_80_percent_power(n, crit):
     assert np.mean(np.abs(t) > crit) == pytest.approx(0.80, abs=0.01)
     assert mdd(0.5, n) == pytest.approx(0.5 * m)
     assert mdd(1.0, 1) is None and mdd(0.0, 5) is None and mdd(1.0, 40) == pytest.approx(2.8 / math.sqrt(40), rel=0.05)
+
+
+def test_seeds_needed_is_the_fewest_at_which_the_mdd_reaches_the_effect():
+    n = seeds_needed(0.1, 0.1)  # a difference as large as the seed spread
+    assert mdd(0.1, n) <= 0.1 < mdd(0.1, n - 1)
+    assert seeds_needed(0.5, 0.1) == 3 if mdd(0.1, 2) > 0.5 else 2
+    assert seeds_needed(0.0, 0.1) is None and seeds_needed(0.1, 0.0) is None and seeds_needed(1e-4, 1.0) is None
+    d = difference(_right(A), _right(B))
+    assert d["sd"] == pytest.approx(0.25) and d["seeds_needed"] == seeds_needed(0.25, 0.25)
 
 
 def test_mcnemar_per_seed_by_hand_and_a_tie():

@@ -100,6 +100,19 @@ def mdd(sd: float, n: int, level: float = LEVEL, power: float = POWER) -> float 
     return float(brentq(short, 1e-9, hi) * sd)
 
 
+def seeds_needed(effect: float, sd: float, level: float = LEVEL, power: float = POWER, most: int = 200) -> int | None:
+    """The fewest seeds at which the paired t test over seeds finds a true mean difference `effect` with
+    probability `power`, when per-seed differences spread with `sd` (noncentral t); None above `most` or when
+    there is nothing to detect. What a pilot's estimates say a confirmatory study needs."""
+    if not effect or not sd > 0:
+        return None
+    for n in range(2, most + 1):
+        m = mdd(sd, n, level, power)
+        if m is not None and m <= abs(effect):
+            return n
+    return None
+
+
 def difference(a: Table, b: Table) -> dict[str, Any]:
     """`a` minus `b` on the same claims, paired by seed (`b` with a's seeds) or against one unit (`b` one row,
     the start): the mean of the per-seed differences, its t interval, two-sided p, standard error and minimum
@@ -114,7 +127,7 @@ def difference(a: Table, b: Table) -> dict[str, Any]:
     d = d[np.isfinite(d)]
     out: dict[str, Any] = {"a": _finite(observed(a)), "b": _finite(observed(b)), "diff": None, "lo": None,
                            "hi": None, "p": None, "se": None, "mdd": None, "seeds": int(d.size), "claims": a.claims,
-                           "per_seed": [float(x) for x in d], "interval": None}
+                           "per_seed": [float(x) for x in d], "interval": None, "sd": None, "seeds_needed": None}
     if out["a"] is None or out["b"] is None or d.size == 0:
         return out
     out["diff"] = float(d.mean())
@@ -126,7 +139,8 @@ def difference(a: Table, b: Table) -> dict[str, Any]:
     test = ttest_1samp(d, 0.0)
     ci = test.confidence_interval(LEVEL)
     out.update(lo=float(ci.low), hi=float(ci.high), p=float(test.pvalue), se=sd / math.sqrt(d.size),
-               mdd=mdd(sd, d.size), interval=INTERVAL)
+               mdd=mdd(sd, d.size), interval=INTERVAL, sd=sd,
+               seeds_needed=seeds_needed(out["diff"], sd))  # to find this difference 80% of the time, if it is real
     return out
 
 
@@ -225,4 +239,4 @@ def _finite(x: float) -> float | None:
 
 
 __all__ = ["INTERVAL", "Table", "analyze", "difference", "majority", "mcnemar_by_seed", "mdd", "observed",
-           "per_seed", "sentence", "table"]
+           "per_seed", "seeds_needed", "sentence", "table"]

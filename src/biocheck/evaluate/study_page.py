@@ -30,7 +30,7 @@ def forest_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
                 rows.append({"comparison": f"{d} {metric}: {ref} - {other}", "dataset": d, "metric": metric,
                              "other": other, **{k: x.get(k) for k in ("diff", "lo", "hi", "p", "mdd")},
                              "seeds": x.get("seeds"), "claims": x.get("claims"), "sentence": x.get("sentence"),
-                             "mcnemar": x.get("mcnemar")})
+                             "mcnemar": x.get("mcnemar"), "seeds_needed": x.get("seeds_needed")})
     return rows
 
 
