@@ -33,15 +33,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+CITING = {"train.sft.demos": "citing", "train.sft.nei_examples": 8}  # 32 citing (16 S, 16 R) + 8 NEI-gold ones
 LEVERS: dict[str, dict[str, Any]] = {
     "today": {},  # the profile's warm start: the first 32 training claims, AND queries
     "or": {"train.sft.query": "or"},  # searches that find gold papers
-    "citing": {"train.sft.demos": "citing"},  # citing demonstrations balanced between the labels
+    "citing": CITING,  # citing demonstrations balanced between the labels, NEI only for NEI-gold claims
     "curriculum": {"train.curriculum": "reachable"},  # training claims on which credit is reachable
-    "citing_or": {"train.sft.demos": "citing", "train.sft.query": "or"},
-    "citing_or_curriculum": {"train.sft.demos": "citing", "train.sft.query": "or", "train.curriculum": "reachable"},
-    "citing_or_curriculum_g8": {"train.sft.demos": "citing", "train.sft.query": "or", "train.curriculum": "reachable",
-                                "train.num_generations": 8},
+    "citing_or": {**CITING, "train.sft.query": "or"},
+    "citing_or_curriculum": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable"},
+    "citing_or_curriculum_g8": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
+                                "train.num_generations": 8},  # a bigger group: more chances for a term to vary
 }
 
 

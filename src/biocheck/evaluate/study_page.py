@@ -2,7 +2,7 @@
 
 The page is drawn in the evaluation gallery's style (its templates, CSS and provenance header; inline SVG, no
 network): one row per dataset, metric and comparison (the reference variant minus another variant, and minus
-the start), the difference as a dot and its two-level bootstrap interval as a line around it, then the plain
+the start), the difference as a dot and its t interval over seeds as a line around it, then the plain
 sentence of what the study can and cannot say. `forest_rows` is also the CSV `dvc plots` draws.
 """
 
