@@ -980,8 +980,6 @@ def study_export(
     training unit's per-step reward log (every term's mean and std, the share of groups in which it varies, its
     within-group std, the evidence funnel) and the analysis. `biocheck study recompute DIR` gives the analysis
     back from them alone.
-
-    Example: biocheck study export --to bench/results/study_pilot
     """
     from biocheck.study import export, study_config
     from biocheck.wiring import params_of
@@ -997,8 +995,6 @@ def study_recompute(folder: Annotated[Path, typer.Argument(help="A folder `bioch
     """Recompute a study's analysis from its exported files alone, and say whether it matches the export's.
 
     Prints every difference's sentence; exit 1 when the recomputed numbers differ from the exported analysis.
-
-    Example: biocheck study recompute bench/results/study_pilot
     """
     from biocheck.study import recompute
 
@@ -1157,11 +1153,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "profile show": ("biocheck profile show --params profiles/paper.yaml",),
     "reward audit": ("biocheck reward audit                       # the profile's audit (DVC stage `audit`)",
                      "biocheck reward audit --judge transformers:models/judge_eqs --out /tmp/audit_other_judge.json"),
-    "study run": ("biocheck study run                  # every unit of params.yaml `study:`, then the analysis",
-                  "dvc repro study/dvc.yaml            # the same, as DVC stages"),
+    "study run": ("biocheck study run                  # the gate, every unit of params.yaml `study:`, the analysis",
+                  "biocheck study run --ignore-gate    # even where the start gives R_evidence no signal",
+                  "dvc repro study/dvc.yaml            # the units as DVC stages (no gate)"),
     "study train": ("biocheck study train --variant outcome_only --seed 1",),
     "study evaluate": ("biocheck study evaluate --variant eg_grpo --seed 0", "biocheck study evaluate   # the start"),
     "study analyze": ("biocheck study analyze",),
+    "study export": ("biocheck study export --to bench/results/study_pilot",),
+    "study recompute": ("biocheck study recompute bench/results/study_pilot",),
     "study status": ("biocheck study status",),
     "report pr": ("dvc status dvc.yaml --json > /tmp/status.json && dvc repro evaluate",
                   "biocheck report pr --base origin/main --status /tmp/status.json --out comment.md"),
