@@ -15,7 +15,9 @@ gold paper and shows a gold rationale over every SUPPORTED / REFUTED training cl
 constant answer (always SUPPORTED) scores on the validation claims with and without data.balanced.
 
 Writes OUT (default bench/results/levers.json; each lever with its params, warm start, audit and seconds) and
-prints a table.
+prints a table. `--table` prints the Markdown table of docs/benchmarks.md from OUT alone, running nothing:
+
+    python bench/levers.py --table
 """
 
 from __future__ import annotations
@@ -127,14 +129,45 @@ def run_lever(name: str, base: dict[str, Any], scratch: Path) -> dict[str, Any]:
             "episodes": audit["episodes"], "warnings": audit["warnings"]}
 
 
+STEPS = ("retrieved", "cited", "verbatim", "rationale", "credited")
+
+
+def table(result: dict[str, Any]) -> str:
+    """docs/benchmarks.md's table: per lever, the groups in which R_evidence varies and the funnel's counts of the
+    audit's episodes, per gold label (S / R)."""
+    n = {lab: next(iter(result["levers"].values()))["funnel"][lab]["n"] for lab in ("SUPPORTED", "REFUTED")}
+    head = ("| lever | demonstrations S/R/NEI (citing) | R_evidence varies, S groups | R groups | funnel S "
+            f"(of {n['SUPPORTED']} episodes): {' / '.join(STEPS)} | funnel R (of {n['REFUTED']}) | credit off a gold "
+            "rationale S / R | SFT s | audit s |")
+    rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for name, r in result["levers"].items():
+        sig, f = r["evidence_signal"], r["funnel"]
+        demos = r["sft"]["demonstrations"] or {}
+        d = "/".join(str(demos.get(k, "-")) for k in ("SUPPORTED", "REFUTED", "NEI")) if demos else "today's 32"
+        if r["sft"].get("citing") is not None:
+            d += f" ({r['sft']['citing']})"
+        varies = [f"{sig[lab]['varying']}/{sig[lab]['groups']}" for lab in ("SUPPORTED", "REFUTED")]
+        funnel = [" / ".join(str(f[lab]["steps"][k]["count"]) for k in STEPS) for lab in ("SUPPORTED", "REFUTED")]
+        # judge credit (s > threshold, right side) for a cited gold paper whose quote is not a gold rationale sentence
+        off = " / ".join(str(f[lab]["beside"]["credited_any_sentence"] - f[lab]["steps"]["credited"]["count"])
+                         for lab in ("SUPPORTED", "REFUTED"))
+        rows.append(f"| {name} | {d} | {varies[0]} | {varies[1]} | {funnel[0]} | {funnel[1]} | {off} | "
+                    f"{r['sft']['seconds']} | {r['audit_seconds']} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--project", type=Path, required=True)
+    ap.add_argument("--project", type=Path, required="--table" not in sys.argv)
     ap.add_argument("--levers", nargs="+", default=list(LEVERS), choices=list(LEVERS))
     ap.add_argument("--claims", type=int, help="audit.claims (default: the profile's)")
     ap.add_argument("--scratch", type=Path, help="default: PROJECT/levers")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "levers.json")
+    ap.add_argument("--table", action="store_true", help="print the Markdown table from OUT and stop")
     args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.out.read_text())))
+        return
     os.chdir(args.project)
     os.environ.setdefault("BIOCHECK_TRACKING", "off")  # measurements, not pipeline runs
     from biocheck.wiring import params_of

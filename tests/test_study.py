@@ -72,7 +72,8 @@ def test_the_runner_takes_exactly_the_stages_dvc_expands(tmp_path):
     for rel in (".dvc/config", "dvc.yaml", study.STUDY_DVC):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text((REPO / rel).read_text())
-    params = _profile("smol")  # three seeds: a matrix other than the default's
+    params = _profile("smol")
+    params["study"]["seeds"] = [0, 1, 2]  # three seeds: a matrix other than the default's
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     out = subprocess.run([str(Path(sys.executable).parent / "dvc"), "stage", "list", "--all", "--name-only"],
@@ -121,6 +122,7 @@ def test_a_unit_trains_its_variant_with_its_seed_from_the_shared_start():
 
 def test_the_stage_inputs_of_two_seeds_differ_only_in_the_seed_and_folder():
     params = _profile("smol")
+    params["study"]["seeds"] = [0, 2]
     a = study.stage_inputs(params, "train@eg_grpo-0")
     b = study.stage_inputs(params, "train@eg_grpo-2")
     assert a["train"].pop("seed") == 0 and b["train"].pop("seed") == 2
