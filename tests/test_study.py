@@ -557,8 +557,14 @@ def test_an_export_recomputes_to_the_same_analysis_from_its_files_alone(analyzed
                 "groups/evidence/std": 0.1, "funnel/retrieved": 0.75, "grad_norm": 3.0, "learning_rate": 1e-5},
                {"step": 2, "eval_reward": 0.4, "eval_groups/evidence/varying": 0.25}]
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
+    from biocheck.pipeline import audit_config
+
+    audit = {"groups_varying": {"SUPPORTED": {"groups": 4, "evidence": 0.75}}, "note": "the start's audit"}
+    audit_config(params).report_path.parent.mkdir(parents=True, exist_ok=True)
+    audit_config(params).report_path.write_text(json.dumps(audit))
     dest = study.export(params, tmp_path / "export")
     assert sorted(p.name for p in (dest / "units").iterdir()) == sorted(RIGHT)
+    assert json.loads((dest / study.EXPORT_AUDIT).read_text()) == audit  # what the gate read, beside the units
     steps = [json.loads(x) for x in (dest / "units" / "eg_grpo-s0" / "steps.jsonl").read_text().splitlines()]
     assert steps == [{k: v for k, v in history[0].items() if k not in ("grad_norm", "learning_rate")}, history[1]]
     assert (dest / "units" / "eg_grpo-s1" / "steps.jsonl").read_text() == ""  # no checkpoint: no steps

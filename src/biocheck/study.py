@@ -302,6 +302,7 @@ def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
 
 EXPORT_PARAMS = "params.yaml"  # the exact params the study ran with
 EXPORT_REPORT = "study.json"  # the analysis as the study wrote it (reports/study.json)
+EXPORT_AUDIT = "reward_audit.json"  # the reward audit of the start the gate read (when the project has one)
 STEP_KEYS = ("step", "epoch", "loss", "reward", "reward_std", "eval_reward", "eval_reward_std", "kl", "entropy")
 STEP_PREFIXES = ("rewards/", "groups/", "funnel/", "eval_rewards/", "eval_groups/", "eval_funnel/",
                  "completions/mean_length", "eval_completions/mean_length")
@@ -321,9 +322,12 @@ def unit_steps(checkpoints: Path) -> list[dict[str, Any]]:
 
 def export(params: dict[str, Any], dest: Path | str, root: Path | str = ".") -> Path:
     """`biocheck study export`: the study's reviewable files, small enough for git: the params it ran with, each
-    unit's per-claim predictions per dataset, its selection and (training units) its per-step reward log, and the
-    analysis. `recompute` gives the analysis back from these files alone."""
+    unit's per-claim predictions per dataset, its selection and (training units) its per-step reward log, the
+    analysis, and the reward audit of the start that the gate read. `recompute` gives the analysis back from
+    these files alone."""
     import yaml
+
+    from biocheck.pipeline import audit_config
 
     cfg = study_config(params)
     root, dest = Path(root), Path(dest)
@@ -345,6 +349,9 @@ def export(params: dict[str, Any], dest: Path | str, root: Path | str = ".") -> 
             write_text_atomic(folder / "steps.jsonl", "".join(json.dumps(r) + "\n" for r in steps))
     write_text_atomic(dest / EXPORT_PARAMS, yaml.safe_dump(params, sort_keys=False))
     write_json_atomic(dest / EXPORT_REPORT, json.loads(report.read_text()))
+    audit = root / audit_config(params).report_path
+    if audit.is_file():
+        write_json_atomic(dest / EXPORT_AUDIT, json.loads(audit.read_text()))
     return dest
 
 
