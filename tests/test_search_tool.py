@@ -179,7 +179,9 @@ def test_cli_single_query(workdir):
     r = runner.invoke(app, ["search", "statin AND memory", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["results"][0]["pmid"] == "102"
     r = runner.invoke(app, ["search", "statin AND (memory"])
-    assert r.exit_code == 1 and "parenthes" in r.stdout.lower()
+    assert r.exit_code == 1 and r.stdout == ""  # the error on stderr, as one `error:` line naming the query
+    assert r.stderr.startswith("error: search 'statin AND (memory': ") and "parenthes" in r.stderr.lower()
+    assert len(r.stderr.strip().splitlines()) == 1
     r = runner.invoke(app, ["search", "x", "--backend", "bing"])  # not among the choices: a usage error
     assert r.exit_code == 2 and "'bing' is not one of 'local', 'entrez', 'replay'" in r.output
     assert runner.invoke(app, ["search"]).exit_code == 2

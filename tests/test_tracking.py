@@ -320,3 +320,31 @@ def test_model_init_is_a_data_run_tagged_with_the_models_fingerprint(tmp_path, t
                              filter_string="attributes.run_name = 'model init'", order_by=["start_time DESC"])[0]
     assert run.data.tags["model_fingerprint"] == stats["fingerprint"] and run.data.tags["dvc_stage"] == "model"
     assert run.data.params["model.base"] == str(tiny_model)
+
+
+def test_no_artifact_progress_bar_when_stderr_is_not_a_terminal(tmp_path, monkeypatch, client, capfd):
+    from typer.testing import CliRunner
+
+    from biocheck.cli import app
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(30):
+        (folder / f"{i}.txt").write_text(f"file {i}\n" * 50)
+    with tracking.run("prepare") as active:
+        tracking.log_artifacts(folder, "many")
+
+    def download(dest: str) -> str:
+        capfd.readouterr()
+        mlflow.artifacts.download_artifacts(run_id=active.info.run_id, artifact_path="many",
+                                            dst_path=str(tmp_path / dest))
+        return capfd.readouterr().err
+
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "true")
+    assert "Downloading artifacts" in download("a")  # the bar MLflow draws, terminal or not
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    assert CliRunner().invoke(app, ["version"]).exit_code == 0  # any biocheck command, stderr not a terminal
+    assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"
+    err = download("b")
+    assert "Downloading artifacts" not in err and "%|" not in err, err
+    assert len(list((tmp_path / "b" / "many").iterdir())) == 30  # the files did come down

@@ -145,6 +145,9 @@ def main(
     # Whichever handlers are live (ours, or a host's when embedded), no log line may carry a secret.
     redact_logs([handler, *logging.getLogger().handlers])
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    from biocheck.tracking import quiet_artifact_progress
+
+    quiet_artifact_progress()
 
 
 @app.command()
@@ -308,10 +311,12 @@ def _print_results(out) -> None:
     head = f"[bold]{esc(out.query)}[/]"
     if out.translation and out.translation != out.query:
         head += f"  [dim]({esc(out.translation)})[/]"
+    if out.error:  # on stderr, one `error:` line (stdout keeps only results); a batch goes on to the next query
+        err.print(f"[bold red]error:[/] {esc(redact(f'search {out.query!r}: {out.error}'))}", highlight=False,
+                  soft_wrap=True)
+        return
     con.print(head)
-    if out.error:
-        con.print(f"  [red]{esc(out.error)}[/]")
-    elif not out.results:
+    if not out.results:
         con.print("  [yellow]no results[/]")
     for i, r in enumerate(out.results, 1):
         meta = ", ".join(str(x) for x in (r.get("journal"), r.get("year")) if x)

@@ -181,6 +181,13 @@ def _unusable(uri: str) -> str | None:
     return why
 
 
+def quiet_artifact_progress() -> None:
+    """MLflow's artifact upload/download bars are for a person at a terminal: off when stderr is not one (logs,
+    CI, DVC's output), unless MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR says otherwise."""
+    if not sys.stderr.isatty():
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
 def store_problem() -> str | None:
     """Why the tracking store cannot be used now (None: it looks fine); one short probe per store and stage."""
     for key, value in HTTP_DEFAULTS.items():
@@ -506,6 +513,7 @@ def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any]
         raise Unavailable(why)
     for key, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    quiet_artifact_progress()
     import mlflow
 
     mlflow.set_tracking_uri(uri)
