@@ -45,6 +45,9 @@ LEVERS: dict[str, dict[str, Any]] = {
     "citing_or_curriculum": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable"},
     "citing_or_curriculum_g8": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
                                 "train.num_generations": 8},  # a bigger group: more chances for a term to vary
+    # twice the citing demonstrations (32 S + 32 R): more examples of filing refuting evidence as refuting
+    "citing64_or_curriculum_g8": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
+                                  "train.num_generations": 8, "train.sft.max_examples": 64},
 }
 
 

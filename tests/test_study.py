@@ -585,3 +585,28 @@ def test_an_export_recomputes_to_the_same_analysis_from_its_files_alone(analyzed
     r = CliRunner().invoke(app, ["study", "recompute", str(dest)])
     assert r.exit_code == 1 and "differs from" in r.output
     assert study.recompute(dest)["matches"] is False
+
+
+def test_the_bench_tables_render_an_export_from_its_files_alone(analyzed, tmp_path, monkeypatch):
+    """bench/study_tables.py (docs/benchmarks.md's tables of a study) reads an export and nothing else."""
+    import importlib.util
+
+    params, _ = analyzed
+    dest = study.export(params, tmp_path / "export")
+    for folder in ("study", "reports", "metrics"):
+        shutil.rmtree(folder, ignore_errors=True)
+    spec = importlib.util.spec_from_file_location("study_tables", REPO / "bench" / "study_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    report = study.recompute(dest)["report"]
+    diffs = tables.differences(report, "scifact").splitlines()
+    acc = next(x for x in diffs if x.startswith("| accuracy |"))
+    # eg_grpo 0.875 (7 of 8 over two seeds) against outcome_only 0.125 and the start 0.25
+    assert "| 0.250 | 0.875 | 0.125 |" in acc and "McNemar per seed" in acc
+    assert "always SUPPORTED" in diffs[-1] or "always REFUTED" in diffs[-1]
+    rows = tables.units(dest, report, "scifact").splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == ["| " + u for u in report["units"]]
+    s1 = next(r for r in rows if r.startswith("| eg_grpo-s1 |"))
+    assert "| 1.000 |" in s1 and "step 2" in s1  # all 4 right, and the selected step
+    funnel = tables.funnel(report, "scifact")
+    assert "Of the 4 claims" in funnel and "| start | 4 | 1 |" in funnel  # retrieved 4, cited where right: 1
