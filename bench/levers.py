@@ -138,10 +138,8 @@ STEPS = ("retrieved", "cited", "verbatim", "rationale", "credited")
 def table(result: dict[str, Any]) -> str:
     """docs/benchmarks.md's table: per lever, the groups in which R_evidence varies and the funnel's counts of the
     audit's episodes, per gold label (S / R)."""
-    n = {lab: next(iter(result["levers"].values()))["funnel"][lab]["n"] for lab in ("SUPPORTED", "REFUTED")}
-    head = ("| lever | demonstrations S/R/NEI (citing) | R_evidence varies, S groups | R groups | funnel S "
-            f"(of {n['SUPPORTED']} episodes): {' / '.join(STEPS)} | funnel R (of {n['REFUTED']}) | credit off a gold "
-            "rationale S / R | SFT s | audit s |")
+    head = ("| lever | demonstrations S/R/NEI (citing) | R_evidence varies, S groups | R groups | funnel S (episodes): "
+            f"{' / '.join(STEPS)} | funnel R | credit off a gold rationale S / R | SFT s | audit s |")
     rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for name, r in result["levers"].items():
         sig, f = r["evidence_signal"], r["funnel"]
@@ -150,7 +148,8 @@ def table(result: dict[str, Any]) -> str:
         if r["sft"].get("citing") is not None:
             d += f" ({r['sft']['citing']})"
         varies = [f"{sig[lab]['varying']}/{sig[lab]['groups']}" for lab in ("SUPPORTED", "REFUTED")]
-        funnel = [" / ".join(str(f[lab]["steps"][k]["count"]) for k in STEPS) for lab in ("SUPPORTED", "REFUTED")]
+        funnel = [" / ".join(str(f[lab]["steps"][k]["count"]) for k in STEPS) + f" of {f[lab]['n']}"
+                  for lab in ("SUPPORTED", "REFUTED")]
         # judge credit (s > threshold, right side) for a cited gold paper whose quote is not a gold rationale sentence
         off = " / ".join(str(f[lab]["beside"]["credited_any_sentence"] - f[lab]["steps"]["credited"]["count"])
                          for lab in ("SUPPORTED", "REFUTED"))
