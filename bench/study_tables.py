@@ -71,8 +71,9 @@ def units(dest: Path, report: dict[str, Any], dataset: str) -> str:
         preds = [Prediction.model_validate_json(x) for x in (dest / "units" / name / f"{dataset}.jsonl")
                  .read_text().splitlines() if x.strip()]
         system, k = (sel["variant"], sel["seed"]) if sel and sel.get("variant") else ("start", None)
-        idx = 0 if k is None else sorted(u["seed"] for u in report["units"].values()
-                                          if u and u.get("variant") == system).index(k)
+        # per_seed rows follow the units' order in the report (study.seeds as listed), not sorted seeds
+        idx = 0 if k is None else [u["seed"] for u in report["units"].values()
+                                   if u and u.get("variant") == system].index(k)
         vals = [per_seed[m][system][idx] if per_seed.get(m, {}).get(system) else None
                 for m in ("accuracy", "citing_rate", "grounded_rate", "ehr", "eqs")]
         labels = Counter(p.pred.value if p.pred else "none" for p in preds)

@@ -307,15 +307,15 @@ def evidence_refresh(
 def _print_results(out) -> None:
     from rich.markup import escape as esc
 
+    if out.error:  # on stderr, one `error:` line (stdout keeps only results); a batch goes on to the next query
+        err.print(f"[bold red]error:[/] {esc(redact(f'search {out.query!r}: {out.error}'))}", highlight=False,
+                  soft_wrap=True)
+        return
     con = Console(emoji=False)  # titles and queries are data: no ":name:" -> emoji
     con.push_render_hook(_Redacting())
     head = f"[bold]{esc(out.query)}[/]"
     if out.translation and out.translation != out.query:
         head += f"  [dim]({esc(out.translation)})[/]"
-    if out.error:  # on stderr, one `error:` line (stdout keeps only results); a batch goes on to the next query
-        err.print(f"[bold red]error:[/] {esc(redact(f'search {out.query!r}: {out.error}'))}", highlight=False,
-                  soft_wrap=True)
-        return
     con.print(head)
     if not out.results:
         con.print("  [yellow]no results[/]")
