@@ -32,8 +32,8 @@ app = typer.Typer(
 data_app = typer.Typer(help="Datasets: fetch the official releases, prepare the splits, validate them.",
                        no_args_is_help=True, rich_markup_mode=None)
 profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes), smol (CPU, a real small model: about 80 min on 2 "
-                               "cores before issue 48's groups of 8 and 16 validation claims, longer now, not re-measured) "
-                               "and paper (GPU, full data).",
+                               "cores, the README's 59 min plus the judge_eqs and audit stages, before issue 48's groups of 8 "
+                               "and 16 validation claims; longer now, not re-measured) and paper (GPU, full data).",
                           no_args_is_help=True, rich_markup_mode=None)
 evidence_app = typer.Typer(help="Evidence layer: the local search index and the evidence store.",
                            no_args_is_help=True, rich_markup_mode=None)
