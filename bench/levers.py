@@ -48,6 +48,10 @@ LEVERS: dict[str, dict[str, Any]] = {
     # twice the citing demonstrations (32 S + 32 R): more examples of filing refuting evidence as refuting
     "citing64_or_curriculum_g8": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
                                   "train.num_generations": 8, "train.sft.max_examples": 64},
+    # the same start, its citations judged by their quote, not the whole paper (reward.judge_reads)
+    "citing64_or_curriculum_g8_quote": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
+                                        "train.num_generations": 8, "train.sft.max_examples": 64,
+                                        "reward.judge_reads": "quote"},
 }
 
 

@@ -396,3 +396,30 @@ def test_judge_train_refuses_a_wrong_out_dir_before_any_work(tmp_path, monkeypat
     with pytest.raises(InputError, match=r"--out-dir / judge\.out_dir.*mine: holds files that it did not write"):
         train_judge(cfg)
     assert read == [] and [p.name for p in folder.iterdir()] == ["thesis.tex"]
+
+
+def test_a_sentence_judge_is_measured_on_balanced_sentence_pairs(prepared, tiny_model, tmp_path, monkeypatch):
+    """It will read quotes (reward.judge_reads: quote), so its test pairs are sentences, NEI cut to the rarest."""
+    seen = {}
+    real = train_mod.build_pairs
+
+    def spy(claims, *args, **kwargs):
+        pairs = real(claims, *args, **kwargs)
+        seen[kwargs.get("split", "train")] = (kwargs, pairs)
+        return pairs
+
+    monkeypatch.setattr(train_mod, "build_pairs", spy)
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge", metrics_path=None,
+                           level="sentence", layer=1, steps=20, progress=False)
+    stats = train_judge(cfg)
+    kwargs, test = seen["test"]
+    assert kwargs["level"] == "sentence" and kwargs["balance"] is True
+    corpus = read_corpus(prepared)
+    assert all(p.text in corpus[p.doc_id].abstract for p in test)  # one sentence each, not the abstract
+    counts = stats["pairs"]["test"]
+    assert len(set(counts.values())) == 1 and stats["test"]["n"] == sum(counts.values()) == len(test) > 0
+    # an abstract judge keeps the whole unbalanced test set, as before
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge2", metrics_path=None,
+                           layer=1, steps=20, progress=False)
+    train_judge(cfg)
+    assert seen["test"][0]["level"] == "abstract" and seen["test"][0]["balance"] is False

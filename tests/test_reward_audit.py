@@ -182,3 +182,35 @@ def test_reward_audit_command_on_the_tiny_model(evidence_workdir, tiny_model):
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     r = CliRunner().invoke(app, ["reward", "audit"])
     assert r.exit_code == 1 and "no start model in models/none" in r.output and "dvc repro sft" in r.output
+
+
+def test_a_judge_of_quotes_is_asked_about_each_gold_rationale_not_the_whole_paper():
+    from biocheck.evaluate.audit import _gold_credit
+
+    class Seen(SideJudge):
+        def __init__(self):
+            self.pairs = []
+
+        def score(self, pairs):
+            self.pairs += [(c, a.pmid, a.title, a.abstract) for c, a in pairs]
+            return super().score(pairs)
+
+    two = "Aspirin increased major bleeding. It did not reduce mortality."
+    papers = {**PAPERS, "103": Article(pmid="103", title="Aspirin in primary prevention", abstract=two)}
+    sentences = {"101": [PAPERS["101"].abstract], "103": ["Aspirin increased major bleeding.", "It did not reduce mortality."]}
+    claims = [CLAIMS[0], ClaimRecord(id="2", dataset="scifact", split="train", claim="Aspirin is safe.", label=R,
+                                     evidence=[GoldEvidence(doc_id="103", sentences=[1], label=R),
+                                               GoldEvidence(doc_id="103", sentences=[0, 1], label=R),
+                                               GoldEvidence(doc_id="103", sentences=[5], label=R)])]  # 5: not in it
+    cfg = AuditConfig(progress=False)
+    for reads, want in (("paper", [("Vitamin D prevents hip fractures.", "101", PAPERS["101"].title, PAPERS["101"].abstract),
+                                   ("Aspirin is safe.", "103", "Aspirin in primary prevention", two)]),
+                        ("quote", [("Vitamin D prevents hip fractures.", "101", PAPERS["101"].title, PAPERS["101"].abstract),
+                                   ("Aspirin is safe.", "103", "Aspirin in primary prevention", "It did not reduce mortality."),
+                                   ("Aspirin is safe.", "103", "Aspirin in primary prevention", two)])):
+        judge = Seen()
+        setup = AuditSetup(cfg=cfg, samples=[], claims=claims, reward=RewardConfig(judge_reads=reads), judge=judge,
+                           papers=papers, sentences=sentences)
+        out = _gold_credit(setup)
+        assert judge.pairs == want
+        assert out["REFUTED"]["pairs"] == len(want) - 1 and out["SUPPORTED"]["pairs"] == 1

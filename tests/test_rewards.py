@@ -478,3 +478,41 @@ def test_fuzz_1000_reports_never_raise_and_stay_in_bounds():
                 seen["unparsed"] += b.conclusion is None
                 seen["advanced"] += b.n_advanced
     assert min(seen.values()) > 50, seen  # the fuzz reaches every branch, not just the parser's error path
+
+
+class TextJudge(FixedJudge):
+    """Records the text each pair shows the judge; scores a pair REFUTED when that text says 'did not'."""
+
+    def score(self, pairs):
+        self.calls.append([(c, a.pmid, a.title, a.abstract) for c, a in pairs])
+        return [{"SUPPORTED": 0.1, "REFUTED": 0.8, "NEI": 0.1} if "did not" in a.abstract else
+                {"SUPPORTED": 0.8, "REFUTED": 0.1, "NEI": 0.1} for _, a in pairs]
+
+
+def test_judge_reads_the_quote_with_its_title_or_the_whole_paper():
+    text = report(refuting=[("103", "It did not reduce cardiovascular mortality."),
+                            ("103", "Aspirin increased major bleeding.")], conclusion="REFUTED")
+    paper = TextJudge({})
+    b = score(view(text, gold="REFUTED"), RewardConfig(), paper)
+    # the paper: one pair for both citations of 103, whose abstract says "did not": both credited
+    assert paper.calls == [[(CLAIM, "103", LEDGER["103"].title, LEDGER["103"].abstract)]]
+    assert [e.counted for e in b.entries] == [True, True]
+    quote = TextJudge({})
+    b = score(view(text, gold="REFUTED"), RewardConfig(judge_reads="quote"), quote)
+    # the quote: one pair per quote, titled as its paper; only the quote that refutes is credited
+    assert quote.calls == [[(CLAIM, "103", LEDGER["103"].title, "It did not reduce cardiovascular mortality."),
+                            (CLAIM, "103", LEDGER["103"].title, "Aspirin increased major bleeding.")]]
+    assert [e.s for e in b.entries] == [0.8, 0.1] and [e.counted for e in b.entries] == [True, False]
+    assert b.evidence == pytest.approx(expected_evidence([0.8]))
+
+
+def test_an_invented_quote_is_never_shown_to_a_judge_that_reads_quotes():
+    text = report(supporting=[("101", "Vitamin D did not prevent anything at all.")])
+    judge = TextJudge({})
+    b = score(view(text), RewardConfig(judge_reads="quote"), judge)
+    assert judge.calls == [] and b.entries[0].hallucinated and b.entries[0].s == 0.0 and b.evidence == 0.0
+
+
+def test_judge_reads_must_be_paper_or_quote():
+    with pytest.raises(ValueError, match=r"reward.judge_reads='abstract': expected one of paper, quote"):
+        RewardConfig(judge_reads="abstract")

@@ -192,13 +192,20 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _gold_credit(setup: AuditSetup) -> dict[str, Any]:
-    """The judge on each audited claim's gold evidence papers, filed on the right side and on the wrong one."""
+    """The judge on each audited claim's gold evidence papers, filed on the right side and on the wrong one. A
+    judge that reads quotes (reward.judge_reads: quote) is shown each gold rationale instead, as a quote of it."""
     pairs, keys = [], []
+    quotes = setup.reward.judge_reads == "quote"
     for c in setup.gold_claims if setup.gold_claims is not None else setup.claims:
-        for doc, (label, _) in gold_docs(c.evidence).items():
-            if doc in setup.papers and label.value in LABELS:
-                pairs.append((c.claim, setup.papers[doc]))
-                keys.append(label.value)
+        for doc, (label, rationales) in gold_docs(c.evidence).items():
+            if doc not in setup.papers or label.value not in LABELS:
+                continue
+            paper, sentences = setup.papers[doc], setup.sentences.get(doc, [])
+            shown = [paper] if not quotes else [
+                Article(pmid=paper.pmid, title=paper.title, abstract=" ".join(sentences[i] for i in sorted(r)))
+                for r in rationales if r and all(i < len(sentences) for i in r)]
+            pairs += [(c.claim, a) for a in shown]
+            keys += [label.value] * len(shown)
     out: dict[str, Any] = {}
     scores = setup.judge.score(pairs) if setup.judge is not None and pairs else [{} for _ in pairs]
     threshold = setup.reward.threshold

@@ -26,6 +26,8 @@ from biocheck.rewards.judge.base import Judge, Scores, clean_scores
 
 Variant = Literal["eg_grpo", "outcome_only"]
 VARIANTS: tuple[str, ...] = ("eg_grpo", "outcome_only")
+JudgeReads = Literal["paper", "quote"]
+JUDGE_READS: tuple[str, ...] = ("paper", "quote")
 # The judge's probability each side of the report is scored by.
 SIDE_LABEL: dict[str, str] = {"supporting": Label.SUPPORTED.value, "refuting": Label.REFUTED.value}
 
@@ -41,10 +43,15 @@ class RewardConfig:
     alpha: float = 1.0  # saturation of R_evidence
     threshold: float = 0.5  # an entry's s counts only when s > threshold
     unique_papers: bool = False  # count each (side, pmid) once in R_evidence (guards against repeated citations)
+    # what the judge reads of a citation: "paper" = the cited paper's title and abstract (the claim-paper pair);
+    # "quote" = only the quoted sentence(s), so the judge scores the evidence the report actually gives
+    judge_reads: JudgeReads = "paper"
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise ValueError(f"reward.variant={self.variant!r}: expected one of {', '.join(VARIANTS)}")
+        if self.judge_reads not in JUDGE_READS:
+            raise ValueError(f"reward.judge_reads={self.judge_reads!r}: expected one of {', '.join(JUDGE_READS)}")
         for name in ("beta1", "beta2", "beta3", "alpha", "threshold"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value):
@@ -176,7 +183,7 @@ def score_many(views: Sequence[EpisodeView], cfg: RewardConfig | None = None,
         for view, (_, _, checks) in zip(views, parsed, strict=True):
             for c in checks:
                 if not c.hallucinated:
-                    a = view.ledger[c.pmid]
+                    a = judged(view, c, cfg.judge_reads)
                     wanted.setdefault(_pair_id(view.claim, a), (view.claim, a))
     answers: dict[tuple[str, str, str, str], Scores] = {}
     if wanted:
@@ -186,7 +193,7 @@ def score_many(views: Sequence[EpisodeView], cfg: RewardConfig | None = None,
         answers = {k: clean_scores(s) for k, s in zip(wanted, got, strict=True)}
     out = []
     for view, (conclusion, problems, checks) in zip(views, parsed, strict=True):
-        s = [answers[_pair_id(view.claim, view.ledger[c.pmid])][SIDE_LABEL[c.side]]
+        s = [answers[_pair_id(view.claim, judged(view, c, cfg.judge_reads))][SIDE_LABEL[c.side]]
              if judge is not None and not c.hallucinated else 0.0 for c in checks]
         out.append(_breakdown(view, cfg, conclusion, problems, checks, s, judge is not None))
     return out
@@ -198,6 +205,14 @@ def _read(view: EpisodeView) -> tuple[Label | None, int, list[EntryCheck]]:
     checks = [check_entry(item, "supporting", ledger) for item in report.report.supporting]
     checks += [check_entry(item, "refuting", ledger) for item in report.report.refuting]
     return report.report.conclusion, len(report.problems), checks
+
+
+def judged(view: EpisodeView, c: EntryCheck, reads: str) -> Article:
+    """What the judge is shown for a (not hallucinated) citation: its paper, or only its quote (`judge_reads`).
+    A quote is shown as its paper's title and the quote as the abstract: the shape of a sentence-level judge's
+    training pair (judge.level: sentence), so every judge takes it as it is."""
+    a = view.ledger[c.pmid]
+    return a if reads == "paper" else Article(pmid=a.pmid, title=a.title, abstract=c.quote)
 
 
 def _pair_id(claim: str, a: Article) -> tuple[str, str, str, str]:

@@ -62,7 +62,7 @@ class JudgeTrainConfig:
     prepared_dir: Path = Path("data/prepared")
     out_dir: Path = Path("models/judge")
     metrics_path: Path | None = Path("metrics/judge.json")
-    level: str = "abstract"  # abstract | sentence: what a training pair shows the judge
+    level: str = "abstract"  # abstract | sentence: what a training (and test) pair shows the judge
     bm25_per_claim: NonNegative = 1  # BM25-retrieved, non-cited documents per claim as NEI pairs
     balance: bool = True  # each label as many pairs as the rarest has | false: as SciFact has them (2 S : 1 R)
     max_pairs_per_label: Count | None = None  # a cap per label after balancing; None = no cap
@@ -156,8 +156,10 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
                              f"{len(test_claims)} test claims; both are needed. Re-run `biocheck data prepare`.")
     train = build_pairs(train_claims, corpus, level=cfg.level, bm25_per_claim=cfg.bm25_per_claim,
                         balance=cfg.balance, max_per_label=cfg.max_pairs_per_label, seed=cfg.seed) if cfg.train else []
-    test = build_pairs(test_claims, corpus, level="abstract", bm25_per_claim=0, balance=False, seed=cfg.seed,
-                       split="test")
+    # measured on what it will read: a sentence judge (reward.judge_reads: quote) on single sentences, whose NEI
+    # sentences (~40 per rationale one) are down-sampled to the rarest label so that recall per label is read
+    test = build_pairs(test_claims, corpus, level=cfg.level, bm25_per_claim=0, balance=cfg.level == "sentence",
+                       seed=cfg.seed, split="test")
     if cfg.eval_max_pairs and len(test) > cfg.eval_max_pairs:
         test = random.Random(cfg.seed).sample(test, cfg.eval_max_pairs)
     log.info("judge pairs: train %s, test %s", label_counts(train), label_counts(test))
