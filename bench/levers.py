@@ -15,7 +15,8 @@ gold paper and shows a gold rationale over every SUPPORTED / REFUTED training cl
 constant answer (always SUPPORTED) scores on the validation claims with and without data.balanced.
 
 Writes OUT (default bench/results/levers.json; each lever with its params, warm start, audit and seconds) and
-prints a table. `--table` prints the Markdown table of docs/benchmarks.md from OUT alone, running nothing:
+prints a table. `--table` prints the Markdown tables of docs/benchmarks.md from OUT alone, running nothing (the
+levers, and for those measured with it the judge's credit of the episodes' citations):
 
     python bench/levers.py --table
 """
@@ -36,6 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 CITING = {"train.sft.demos": "citing", "train.sft.nei_examples": 8}  # 32 citing (16 S, 16 R) + 8 NEI-gold ones
+CITING64 = {**CITING, "train.sft.query": "or", "train.curriculum": "reachable", "train.num_generations": 8,
+            "train.sft.max_examples": 64}
 LEVERS: dict[str, dict[str, Any]] = {
     "today": {},  # the profile's warm start: the first 32 training claims, AND queries
     "or": {"train.sft.query": "or"},  # searches that find gold papers
@@ -46,12 +49,15 @@ LEVERS: dict[str, dict[str, Any]] = {
     "citing_or_curriculum_g8": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
                                 "train.num_generations": 8},  # a bigger group: more chances for a term to vary
     # twice the citing demonstrations (32 S + 32 R): more examples of filing refuting evidence as refuting
-    "citing64_or_curriculum_g8": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
-                                  "train.num_generations": 8, "train.sft.max_examples": 64},
-    # the same start, its citations judged by their quote, not the whole paper (reward.judge_reads)
-    "citing64_or_curriculum_g8_quote": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
-                                        "train.num_generations": 8, "train.sft.max_examples": 64,
-                                        "reward.judge_reads": "quote"},
+    "citing64_or_curriculum_g8": CITING64,
+    # the same start, its citations judged by their quote, not the whole paper (reward.judge_reads): first by the
+    # judge of abstracts (the profile's before: abstract pairs, layer 11), then by judges trained on single sentences (judge.level), at the layer that
+    # cross-validated best on abstracts (11) and at the one that does on sentences (layer null: chosen by CV)
+    "citing64_quote": {**CITING64, "reward.judge_reads": "quote", "judge.level": "abstract", "judge.layer": 11},
+    "citing64_quote_sentence_judge11": {**CITING64, "reward.judge_reads": "quote", "judge.level": "sentence",
+                                        "judge.layer": 11},
+    "citing64_quote_sentence_judge": {**CITING64, "reward.judge_reads": "quote", "judge.level": "sentence",
+                                      "judge.layer": None},
 }
 
 
@@ -71,7 +77,36 @@ def lever_params(base: dict[str, Any], changes: dict[str, Any], scratch: Path) -
     sft = sorted((k.removeprefix("train.sft."), v) for k, v in changes.items() if k.startswith("train.sft."))
     if sft:
         _set(p, "train.sft.out_dir", str(scratch / ("sft-" + "-".join(f"{k}={v}" for k, v in sft))))
+    judge = sorted((k.removeprefix("judge."), v) for k, v in changes.items() if k.startswith("judge."))
+    if judge:  # a changed judge: trained into SCRATCH/judge-<its settings>, and the reward's judge
+        folder = scratch / ("judge-" + "-".join(f"{k}={v}" for k, v in judge))
+        _set(p, "judge.out_dir", str(folder))
+        _set(p, "judge.metrics_path", str(folder.with_name(folder.name + ".json")))
+        _set(p, "reward.judge", f"transformers:{folder}")
     return p
+
+
+def stats_layer(p: dict[str, Any]) -> int | None:
+    """The layer a trained judge reads (chosen by cross-validation where judge.layer is null)."""
+    stats = Path(p["judge"]["out_dir"]) / "judge_train.json"
+    return json.loads(stats.read_text()).get("layer") if stats.is_file() else None
+
+
+def lever_judge(p: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any] | None:
+    """Train the lever's judge unless its folder holds one trained with the same judge settings; its test
+    metrics (None: the lever keeps PROJECT's judge)."""
+    if not any(k.startswith("judge.") for k in changes):
+        return None
+    from biocheck.pipeline import judge_stage
+
+    folder = Path(p["judge"]["out_dir"])
+    stats_file = folder / "judge_train.json"
+    settings = {k: v for k, v in p["judge"].items() if k not in ("eqs", "metrics_path", "out_dir")}
+    if stats_file.is_file():
+        stats = json.loads(stats_file.read_text())
+        if all(stats["config"].get(k) == (str(v) if isinstance(v, Path) else v) for k, v in settings.items()):
+            return stats["test"]
+    return judge_stage(p, progress=False)["test"]
 
 
 def searches(params: dict[str, Any]) -> dict[str, Any]:
@@ -126,11 +161,15 @@ def run_lever(name: str, base: dict[str, Any], scratch: Path) -> dict[str, Any]:
     p = lever_params(base, LEVERS[name], scratch)
     t0 = time.perf_counter()
     sft = sft_stage(p, progress=False)
+    judge = lever_judge(p, LEVERS[name])
     t1 = time.perf_counter()
     audit = audit_stage(p, out=scratch / name / "audit.json")
     t2 = time.perf_counter()
     return {"changes": LEVERS[name], "sft": {k: sft.get(k) for k in ("examples", "demonstrations", "citing", "seconds")},
-            "sft_seconds": round(t1 - t0, 1), "audit_seconds": round(t2 - t1, 1),
+            "sft_seconds": round(t1 - t0, 1), "audit_seconds": round(t2 - t1, 1), "judge": judge,
+            "params": {"reads": p["reward"].get("judge_reads", "paper"), "level": p["judge"].get("level"),
+                       "layer": stats_layer(p) if judge else p["judge"].get("layer")},
+            "judge_credit": audit["judge_credit"],
             "evidence_signal": evidence_signal(audit), "groups_varying": audit["groups_varying"],
             "evidence": audit["evidence"], "funnel": audit["funnel"], "claims": audit["claims"],
             "episodes": audit["episodes"], "warnings": audit["warnings"]}
@@ -162,6 +201,35 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _credited(c: dict[str, Any]) -> str:
+    """'credited/n' of one kind of citation (the audit keeps the share)."""
+    return f"{round((c['credited'] or 0) * c['n'])}/{c['n']}"
+
+
+def judge_table(result: dict[str, Any]) -> str:
+    """docs/benchmarks.md's judge table: per lever measured with the judge's credit, what the judge reads, its
+    test metrics, and its credit for the episodes' citations of a gold paper filed on the right and wrong side."""
+    head = ("| lever | judge reads | judge (level, layer) | judge test acc / macro-F1 / REFUTED recall (pairs) | "
+            "gold cited S: right credited / wrong credited | R: right / wrong | R_evidence varies S / R |")
+    rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for name, r in result["levers"].items():
+        if "judge_credit" not in r:
+            continue
+        p = r.get("params") or {}
+        cites = r["judge_credit"]["citations"]
+        credit = lambda lab, kind, cites=cites: _credited(cites[lab][kind])  # noqa: E731
+        j = r.get("judge")
+        test = (f"{j['accuracy']:.3f} / {j['macro_f1']:.3f} / {j['recall']['REFUTED']:.2f} ({j['n']})" if j
+                else "the profile's (docs/rewards.md)")
+        sig = r["evidence_signal"]
+        rows.append(f"| {name} | {p.get('reads', 'paper')} | {p.get('level', 'abstract')}, {p.get('layer', 11)} | "
+                    f"{test} | {credit('SUPPORTED', 'gold_correct_side')} / {credit('SUPPORTED', 'gold_wrong_side')} | "
+                    f"{credit('REFUTED', 'gold_correct_side')} / {credit('REFUTED', 'gold_wrong_side')} | "
+                    f"{sig['SUPPORTED']['varying']}/{sig['SUPPORTED']['groups']} / "
+                    f"{sig['REFUTED']['varying']}/{sig['REFUTED']['groups']} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--project", type=Path, required="--table" not in sys.argv)
@@ -172,7 +240,8 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="print the Markdown table from OUT and stop")
     args = ap.parse_args()
     if args.table:
-        print(table(json.loads(args.out.read_text())))
+        result = json.loads(args.out.read_text())
+        print(table(result) + "\n\n" + judge_table(result))
         return
     os.chdir(args.project)
     os.environ.setdefault("BIOCHECK_TRACKING", "off")  # measurements, not pipeline runs

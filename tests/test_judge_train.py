@@ -413,11 +413,17 @@ def test_a_sentence_judge_is_measured_on_balanced_sentence_pairs(prepared, tiny_
                            level="sentence", layer=1, steps=20, progress=False)
     stats = train_judge(cfg)
     kwargs, test = seen["test"]
+    stats_train_pairs = seen["train"][1]
     assert kwargs["level"] == "sentence" and kwargs["balance"] is True
     corpus = read_corpus(prepared)
     assert all(p.text in corpus[p.doc_id].abstract for p in test)  # one sentence each, not the abstract
     counts = stats["pairs"]["test"]
     assert len(set(counts.values())) == 1 and stats["test"]["n"] == sum(counts.values()) == len(test) > 0
+    # a judge of another seed is measured on the same test pairs (its own training sample, the same test sample)
+    cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge1", metrics_path=None,
+                           level="sentence", layer=1, steps=20, seed=1, progress=False)
+    train_judge(cfg)
+    assert seen["test"][1] == test and seen["train"][1] != stats_train_pairs
     # an abstract judge keeps the whole unbalanced test set, as before
     cfg = JudgeTrainConfig(base=tiny_model, prepared_dir=prepared, out_dir=tmp_path / "judge2", metrics_path=None,
                            layer=1, steps=20, progress=False)

@@ -114,3 +114,46 @@ def test_a_balanced_subset_has_as_many_of_each_label_as_it_can():
     few = [_claim(str(i), "x", S if i < 20 else R) for i in range(23)]  # 3 R: S fills
     assert sum(r.label is R for r in stratified_subset(few, 10, seed=0, balanced=True)) == 3
     assert [r.id for r in even] == sorted((r.id for r in even), key=int)  # input order kept
+
+
+def _bench_levers():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("levers", Path(__file__).resolve().parents[1] / "bench" / "levers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_judge_lever_trains_its_judge_into_scratch_and_points_the_reward_at_it(tmp_path):
+    levers = _bench_levers()
+    base = {"reward": {"judge": "transformers:models/judge"}, "judge": {"out_dir": "models/judge", "level": "abstract"},
+            "train": {"sft": {"out_dir": "models/sft"}}}
+    p = levers.lever_params(base, {"judge.level": "sentence", "judge.layer": None, "reward.judge_reads": "quote"},
+                            tmp_path)
+    folder = tmp_path / "judge-layer=None-level=sentence"
+    assert p["judge"]["out_dir"] == str(folder) and p["judge"]["level"] == "sentence" and p["judge"]["layer"] is None
+    assert p["reward"] == {"judge": f"transformers:{folder}", "judge_reads": "quote"}
+    assert p["judge"]["metrics_path"] == str(tmp_path / "judge-layer=None-level=sentence.json")
+    assert base["judge"] == {"out_dir": "models/judge", "level": "abstract"}  # PROJECT's params untouched
+    # a lever that changes no judge setting keeps PROJECT's judge and trains none
+    q = levers.lever_params(base, {"reward.judge_reads": "quote"}, tmp_path)
+    assert q["reward"]["judge"] == "transformers:models/judge" and levers.lever_judge(q, {"reward.judge_reads": 1}) is None
+
+
+def test_the_judge_table_counts_credited_citations_per_side():
+    levers = _bench_levers()
+    cite = lambda n, credited: {"n": n, "credited": credited / n if n else None, "s_mean": 0.5}  # noqa: E731
+    sig = {"SUPPORTED": {"varying": 4, "groups": 8}, "REFUTED": {"varying": 6, "groups": 8}}
+    result = {"levers": {
+        "old": {"evidence_signal": sig},  # measured before the judge's credit was kept: no row
+        "quote": {"evidence_signal": sig, "params": {"reads": "quote", "level": "sentence", "layer": 4},
+                  "judge": {"accuracy": 0.4644, "macro_f1": 0.4613, "recall": {"REFUTED": 0.3649}, "n": 222},
+                  "judge_credit": {"citations": {
+                      "SUPPORTED": {"gold_correct_side": cite(11, 5), "gold_wrong_side": cite(7, 0)},
+                      "REFUTED": {"gold_correct_side": cite(11, 8), "gold_wrong_side": cite(15, 6)}}}}}}
+    lines = levers.judge_table(result).splitlines()
+    assert len(lines) == 3
+    assert lines[2] == ("| quote | quote | sentence, 4 | 0.464 / 0.461 / 0.36 (222) | 5/11 / 0/7 | 8/11 / 6/15 | "
+                        "4/8 / 6/8 |")
