@@ -198,6 +198,14 @@ def test_mcnemar_exact_on_a_known_table():
     other = [R] * 10 + [S] * 2 + [S] * 4 + [None] * 4
     out = paired_tests({"eg_grpo": preds("eg_grpo", golds, ref), "cer": preds("cer", golds, other)}, n_resamples=50)
     assert out["cer"]["mcnemar"] == {"b": 10, "c": 2, "p": pytest.approx(expected)}
+    # each per-claim binary rate carries its own test (accuracy's is the same table); label-only systems cite nothing
+    by_metric = out["cer"]["mcnemar_by_metric"]
+    assert set(by_metric) == {"accuracy", "citing_rate", "grounded_rate"} and by_metric["accuracy"] == out["cer"]["mcnemar"]
+    assert by_metric["citing_rate"] == {"b": None, "c": None, "p": None}
+    cites = paired_tests({"eg_grpo": preds("eg_grpo", golds, ref, report=True, cited=[1] * 7 + [0] * 13),
+                          "cer": preds("cer", golds, other, report=True, cited=[0] * 5 + [1] * 15)}, n_resamples=50)
+    assert cites["cer"]["mcnemar_by_metric"]["citing_rate"] == {"b": 5, "c": 13,
+                                                               "p": pytest.approx(binom(5, 18, 0.5).pvalue)}
 
 
 def test_paired_bootstrap_difference_interval_and_overlap():

@@ -147,11 +147,13 @@ def test_the_comment_compares_the_pull_request_with_the_base(repo, tmp_path):
     paired_section = md.split("### Paired tests", 1)[1].split("###", 1)[0]
     fire = [[c.strip() for c in line.strip("|").split("|")] for line in paired_section.splitlines()
             if "eg_grpo vs fire" in line]
-    assert fire[0] == ["scifact", "eg_grpo vs fire", "8", "accuracy", "+0.500 [0.250, 0.750]", "**<0.001**", "0.400"]
+    # accuracy's p is McNemar's exact one (4 / 1 discordant claims: 0.375), not the bootstrap's 0.0004
+    assert fire[0] == ["scifact", "eg_grpo vs fire", "8", "accuracy", "+0.500 [0.250, 0.750]", "0.375 (McNemar 4 / 1)",
+                       "0.400"]
     assert fire[1] == ["scifact", "eg_grpo vs fire", "8", "macro-F1", "−0.050 [−0.300, 0.200]", "0.800", "n/a"]
-    assert fire[2] == ["scifact", "eg_grpo vs fire", "8", "McNemar b / c", "4 / 1", "0.375", ""]
-    assert len(fire) == 3  # EHR has no difference to show (a label-only system): no row
-    assert "| scifact | eg_grpo vs no_retrieval | 8 | accuracy | +0.375 [0.125, 0.625] | **0.012** |" in paired_section
+    assert len(fire) == 2  # EHR has no difference to show (a label-only system): no row
+    assert "| scifact | eg_grpo vs no_retrieval | 8 | accuracy | +0.375 [0.125, 0.625] | 0.375 (McNemar 4 / 1) |" \
+        in paired_section
     notes = md.split("### What the numbers can mean", 1)[1].split("###", 1)[0]
     assert "searched in: local index of the SciFact corpus" in notes and "EQS scored by the training judge" in notes
 
@@ -353,3 +355,77 @@ def test_a_base_from_before_the_metrics_moved_still_compares(repo, tmp_path):
     assert r.exit_code == 0, r.output
     rows = table_rows(out.read_text())
     assert rows[("eg_grpo", "scifact")][-1] != "no base"
+
+
+# --- what a few claims can say (issue 49, item 7) ------------------------------------------------------
+
+def flipped(n: int, report: bool = False) -> dict:
+    """paired_tests itself on n claims that both flip from wrong (no_retrieval) to right (eg_grpo); with
+    `report`, eg_grpo cites on every claim and no_retrieval on none."""
+    from biocheck.evaluate.compare import paired_tests
+    from biocheck.evaluate.systems.base import Prediction
+    from biocheck.labels import Label
+
+    def preds(system: str, right: bool) -> list[Prediction]:
+        gold = [Label.SUPPORTED, Label.REFUTED] * n
+        return [Prediction(id=f"c{i}", dataset="scifact", system=system, fingerprint="fp", gold=gold[i],
+                           pred=gold[i] if right else gold[i + 1], writes_report=report,
+                           **({"parseable": True, "cited": int(right), "hallucinated": 0} if report else {}))
+                for i in range(n)]
+
+    return {"scifact": paired_tests({"eg_grpo": preds("eg_grpo", True), "no_retrieval": preds("no_retrieval", False)},
+                                    n_resamples=1000)}
+
+
+def paired_rows(md: str) -> dict[str, list[str]]:
+    """The paired table's rows by metric: [n, Δ, p, MDD]."""
+    section = md.split("### Paired tests", 1)[1].split("###", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| scifact |")]
+    return {r[3]: [r[2], *r[4:]] for r in rows}
+
+
+def test_two_flipped_claims_give_mcnemars_half_and_nothing_bold(repo):
+    """2 claims, both wrong -> right: b = 2, c = 0, and the exact two-sided p is 2 x 0.5^2 = 0.5 (the bootstrap
+    said 0.002, which the comment used to print bold)."""
+    paired = flipped(2)
+    assert paired["scifact"]["no_retrieval"]["accuracy"]["p"] < 0.01  # the bootstrap's p, which overstates
+    write_eval(repo, {"eg_grpo": {"scifact": metrics(1.0, 1.0, None, None, n=2)},
+                      "no_retrieval": {"scifact": metrics(0.0, 0.0, None, None, n=2)}}, paired)
+    r = runner.invoke(app, ["report", "pr", "--base", "main"])
+    assert r.exit_code == 0, r.output
+    rows = paired_rows(r.stdout)
+    assert rows["accuracy"] == ["2", "+1.000 (no interval: every resample the same)", "0.500 (McNemar 2 / 0)", "n/a"]
+    assert rows["macro-F1"][0] == "2" and rows["macro-F1"][2] == "≥0.500"  # a bootstrap p raised to what 2 claims allow
+    table = r.stdout.split("### Paired tests", 1)[1].split("###", 1)[0].split("\n\n", 1)[1]
+    assert "**" not in table and "<0.001" not in table  # no significance that 2 claims cannot reach
+
+
+def test_enough_discordant_claims_reach_significance(repo):
+    """8 claims, all flipped: McNemar 8 / 0, p = 2 x 0.5^8 = 0.0078125, below 0.05 and marked; the same for
+    the citing rate (eg_grpo cites on all 8, no_retrieval on none)."""
+    write_eval(repo, {"eg_grpo": {"scifact": metrics(1.0, 1.0, 0.5, 0.0)},
+                      "no_retrieval": {"scifact": metrics(0.0, 0.0, None, None)}}, flipped(8, report=True))
+    r = runner.invoke(app, ["report", "pr", "--base", "main"])
+    rows = paired_rows(r.stdout)
+    assert rows["accuracy"][2] == "**0.008** (McNemar 8 / 0)"
+    assert rows["citing rate"][2] == "**0.008** (McNemar 8 / 0)"
+
+
+def test_each_metric_counted_over_fewer_claims_shows_its_n(repo):
+    m = {**metrics(0.5, 0.5, 0.75, 0.0), "ehr_n": 1, "eqs_n": 3}  # EHR of 1 citing report, EQS of 3 judged, of 8
+    write_eval(repo, {"eg_grpo": {"scifact": m}}, {})
+    r = runner.invoke(app, ["report", "pr", "--base", "main"])
+    n, acc, _, eqs, ehr, _ = table_rows(r.stdout)[("eg_grpo", "scifact")]
+    assert (n, acc, ehr, eqs) == ("8 (unchanged)", "0.500 (unchanged)", "0.000 (−0.200), n=1", "0.750 (+0.150), n=3")
+
+
+@pytest.mark.parametrize(("profile", "caveat"), [("quickstart", True), ("smol", False), (None, False)])
+def test_the_quickstart_says_its_scores_are_not_meaningful(repo, profile, caveat):
+    line = ("> **quickstart profile: a tiny model on a few claims; these scores prove the pipeline runs, they are "
+            "not meaningful.**")
+    if profile:
+        (repo / "params.yaml").write_text(f"profile: {profile}\nevaluate:\n  limit: 4\n")
+    r = runner.invoke(app, ["report", "pr", "--base", "main"])
+    assert r.exit_code == 0, r.output
+    assert (line in r.stdout.splitlines()) is caveat

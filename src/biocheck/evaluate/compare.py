@@ -53,6 +53,8 @@ REPORT = ("parse_rate", "citing_rate", "grounded_rate", "ehr", "ehr_micro", "eqs
           "rationale_f1")
 # The differences the paired tests report: every headline metric (macro-F1 over the dataset's headline labels).
 PAIRED = ("accuracy", "macro_f1", "grounded_rate", "citing_rate", "ehr", "ehr_micro", "eqs", "rationale_f1")
+# Those that are a yes / no per claim (right, cites, grounded): each also gets McNemar's exact test.
+BINARY = tuple(m for m in PAIRED if m in ratios.PROPORTIONS)
 
 
 # --- per system -------------------------------------------------------------------------------------
@@ -165,6 +167,15 @@ def mcnemar_exact(b: int, c: int) -> float:
     return float(binomtest(b, b + c, 0.5).pvalue)
 
 
+def mcnemar_counts(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """McNemar's exact test of a per-claim binary outcome (right, cites, grounded) of two systems on the same
+    claims: b = claims only `x` has, c = only `y`; p = mcnemar_exact(b, c), which with b + c discordant claims
+    is never below 2 x 0.5^(b + c): a few claims cannot give a small p."""
+    x, y = np.asarray(x, bool), np.asarray(y, bool)
+    b, c = int(np.sum(x & ~y)), int(np.sum(~x & y))
+    return {"b": b, "c": c, "p": mcnemar_exact(b, c)}
+
+
 def _f1_difference(f1: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """The paired statistic of macro-F1: reference minus other, on the same resampled claims."""
     return lambda g, pa, pb, axis=-1: f1(g, pa) - f1(g, pb)
@@ -173,7 +184,8 @@ def _f1_difference(f1: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 def _empty_pair(reference: str) -> dict[str, Any]:
     return {"reference": reference, "n": 0, "only_reference": 0, "only_other": 0,
             **{m: ratios.paired_stat(math.nan, math.nan, None) for m in PAIRED},
-            "mcnemar": {"b": 0, "c": 0, "p": None}}
+            "mcnemar": {"b": 0, "c": 0, "p": None},
+            "mcnemar_by_metric": {m: {"b": None, "c": None, "p": None} for m in BINARY}}
 
 
 def _label(p: Prediction) -> str | None:
@@ -192,8 +204,9 @@ def paired_tests(by_system: Mapping[str, Sequence[Prediction]], reference: str =
     """For every system but `reference`, on the claims both answered, paired by claim id: for each metric in
     PAIRED the difference reference minus other (observed `diff`, bootstrap `mean`, 95% `lo`/`hi`, two-sided
     `p`, `mdd`: the minimum detectable difference at this n), from one seeded resampling of the claims that
-    both systems share; and McNemar's exact test for accuracy (b: reference right and other wrong, c: the
-    reverse). Macro-F1 is over `label_set` (default: the headline labels of these claims' gold)."""
+    both systems share; and McNemar's exact test for each per-claim binary rate in BINARY (`mcnemar_by_metric`,
+    None where the rate does not apply; accuracy's also as `mcnemar`; b: only the reference right / citing /
+    grounded, c: only the other). Macro-F1 is over `label_set` (default: the headline labels of these claims' gold)."""
     if reference not in by_system:
         raise ValueError(f"paired tests: no predictions for the reference system {reference!r} (have: "
                          f"{', '.join(by_system) or 'none'}); evaluate it too, or choose another reference")
@@ -223,11 +236,13 @@ def paired_tests(by_system: Mapping[str, Sequence[Prediction]], reference: str =
         for m in PAIRED:
             if m != "macro_f1":
                 res[m] = ratios.paired_ratio(m, a, b, idx)
-        # McNemar on the discordant claims (an answer outside the label set is wrong, as everywhere).
-        right_a = np.array([p.pred == p.gold for p in a])
-        right_b = np.array([p.pred == p.gold for p in b])
-        bb, cc = int(np.sum(right_a & ~right_b)), int(np.sum(~right_a & right_b))
-        res["mcnemar"] = {"b": bb, "c": cc, "p": mcnemar_exact(bb, cc)}
+            # A per-claim binary rate also gets McNemar's exact test: the bootstrap p of a few claims is far
+            # smaller than any exact test of them can be (2 claims that both flip: 0.002 against 0.5).
+            if m in BINARY and res[m]["diff"] is not None:
+                res["mcnemar_by_metric"][m] = mcnemar_counts(ratios.columns(m, a)[0] > 0, ratios.columns(m, b)[0] > 0)
+        # Accuracy's McNemar also at the top level, where the gallery and older readers find it (an answer
+        # outside the label set is wrong, as everywhere).
+        res["mcnemar"] = mcnemar_counts([p.pred == p.gold for p in a], [p.pred == p.gold for p in b])
         # Macro-F1 over the label set (the claims whose gold is in it), resampled with the same claims.
         labels = LABEL_SETS[labels_name]
         keep = np.array([g in labels for g in gold])

@@ -5,6 +5,11 @@ at the base ref (`git show REF:reports/eval_metrics.json`, or `metrics/eval.json
 and its signed change, the paired tests of this run, the raw `dvc metrics diff REF --md`, which stages were
 out of date before the run (the JSON of `dvc status --json`) and a link to the uploaded gallery.
 
+It claims no more than its n can carry: every metric whose n is not the row's claims shows its own n, a per-claim
+binary metric's p is McNemar's exact test (whose p with k discordant claims is never below 2 x 0.5^k), any other
+p is shown no lower than the smallest an exact paired test on its n claims can give, and a profile whose scores
+are not meaningful (the quickstart, which the workflow runs) says so at the top.
+
 Nothing here fails on missing input: a base ref that does not exist, or metrics missing on one side, become a
 line in the comment saying what is missing (and `problems`, which the CLI prints), so the workflow still
 posts a comment that explains itself. When the pipeline itself failed (`repro_outcome`), the comment says in
@@ -24,8 +29,10 @@ from pathlib import Path
 from biocheck.bounds import Positive
 from biocheck.evaluate.config import EvaluateConfig
 from biocheck.evaluate.gallery_svg import interval, number
-from biocheck.evaluate.headline import PAIRED_NAMES, dataset_notes, p_text
+from biocheck.evaluate.headline import COLUMNS, PAIRED_NAMES, dataset_notes, p_text
+from biocheck.io import InputError
 from biocheck.orchestration.dvc import DvcError, failed_stage, failure_reason, metrics_diff
+from biocheck.params import DEFAULT_PARAMS, load_params
 from biocheck.secrets import redact
 
 MARKER = "<!-- biocheck-pr-eval -->"  # the comment's first line: the workflow finds the comment to update by it
@@ -42,6 +49,10 @@ LOG_TAIL_LINES = 40  # the end of a failed run's log shown in the comment
 LOG_LINE_CHARS = 500  # a longer log line (a progress bar redrawn in place) is cut
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colours and cursor moves in a captured terminal log
 MISSING = "deleted"  # what `dvc status` says of a dependency or output that is not in the workspace
+N_KEYS = {key: n_key for key, _, n_key in COLUMNS}  # each metric's own n (EHR: citing reports, EQS: judged ones)
+# params.yaml's `profile` -> the line the comment opens with: that profile's scores say nothing about the model.
+NOT_MEANINGFUL = {"quickstart": "quickstart profile: a tiny model on a few claims; these scores prove the pipeline "
+                                "runs, they are not meaningful."}
 
 
 class Outcome(StrEnum):
@@ -74,6 +85,7 @@ class PrCommentConfig:
     repro_outcome: Outcome = Outcome.SUCCESS  # anything else: a failure comment
     repro_log: Path | None = None  # what `dvc repro` printed; its stage and tail go into a failure comment
     remote: Remote | None = None  # None: not said; the status then lists every change as DVC reports it
+    params_path: Path = DEFAULT_PARAMS  # under root: its `profile` says whether the scores can mean anything
 
 
 @dataclass
@@ -103,6 +115,9 @@ def build(cfg: PrCommentConfig) -> PrComment:
 
     head = [MARKER, "## BioCheck evaluation", ""]
     head.append(f"This pull request's evaluation (`{metrics_path.as_posix()}`) against the base `{_md(cfg.base)}`.")
+    caveat = NOT_MEANINGFUL.get(_profile(root / cfg.params_path) or "")
+    if caveat:
+        head += ["", f"> **{_html(caveat)}**"]
     if cfg.artifact_url:
         head.append(f"Gallery (every claim, every system): [download the artifact]({_url(cfg.artifact_url)}).")
     for i, problem in enumerate(problems):  # one quoted paragraph each ('>' alone keeps them apart)
@@ -207,6 +222,15 @@ def _workspace_json(path: Path) -> tuple[Mapping | None, str | None]:
     return _parse(text, f"{path.as_posix()} in the working tree")
 
 
+def _profile(path: Path) -> str | None:
+    """params.yaml's `profile` (None when unreadable or unset: no caveat, and nothing to fail on)."""
+    try:
+        profile = load_params(path).get("profile")
+    except InputError:
+        return None
+    return str(profile) if profile is not None else None
+
+
 # --- the metric table ---------------------------------------------------------------------------------
 
 def _html(text: object) -> str:
@@ -274,14 +298,21 @@ def _metric_table(new: Mapping | None, base: Mapping | None) -> list[str]:
             cells = ["n/a" if (v := number(b.get(k))) is None else f"~~{_num(v, digits)}~~" for k, _, digits in HEADLINE]
             state = "removed"
         elif b is None:
-            cells = [cell(m.get(k), None, digits, has_base=False) for k, _, digits in HEADLINE]
+            cells = [cell(m.get(k), None, digits, has_base=False) + _own_n(m, k) for k, _, digits in HEADLINE]
             state = "new" if base is not None else "no base"
         else:
-            cells = [cell(m.get(k), b.get(k), digits) for k, _, digits in HEADLINE]
+            cells = [cell(m.get(k), b.get(k), digits) + _own_n(m, k) for k, _, digits in HEADLINE]
             same = all(number(m.get(k)) == number(b.get(k)) for k, _, _ in HEADLINE)
             state = "unchanged" if same else "changed"
         lines.append("| " + " | ".join([_md(key[0]), _md(key[1]), *cells, state]) + " |")
     return lines
+
+
+def _own_n(m: Mapping, key: str) -> str:
+    """`, n=3` after a metric counted over other than the row's n claims (EHR over 3 citing reports of 8): a
+    rate of 1 of 1 must not read like a rate of 8 of 8."""
+    own, n = number(m.get(N_KEYS.get(key, ""))), number(m.get("n"))
+    return "" if own is None or number(m.get(key)) is None or own == n else f", n={_num(own, 0)}"
 
 
 def _notes(new: Mapping | None) -> list[str]:
@@ -300,19 +331,45 @@ def _sub(d: Mapping, key: str) -> Mapping:
     return d[key] if isinstance(d.get(key), Mapping) else {}
 
 
-def _p(x: object) -> str:
-    p = p_text(x)
-    if p is None:
+def _p(x: object, n: float | None = None) -> str:
+    """A p as every output prints it (headline.p_text), bold below SIGNIFICANT. With `n` (a bootstrap p over n
+    paired claims) it is shown no lower than 2 x 0.5^n, the smallest p an exact paired test of n claims can
+    give (McNemar with all n discordant): a bootstrap of 2 claims says 0.002 where no test of them can go below
+    0.5. Such a raised p is marked `≥` (unless both print as `<0.001`, which n >= 11 claims can reach)."""
+    v = number(x)
+    if v is None:
         return "n/a"
-    return f"**{p[0]}**" if p[1] else p[0]
+    raised = False
+    if n is not None:
+        from biocheck.evaluate.compare import mcnemar_exact  # scipy: only when a comment is built
+
+        least = mcnemar_exact(int(n), 0)
+        raised, v = v < least, max(v, least)
+    text, significant = p_text(v)
+    text = ("≥" if raised and not text.startswith("<") else "") + text
+    return f"**{text}**" if significant else text
+
+
+def _test_p(key: str, stat: Mapping, t: Mapping) -> str:
+    """The p of one paired metric: McNemar's exact p with its discordant claims (b / c) for a per-claim binary
+    metric (compare.paired_tests' `mcnemar_by_metric`; accuracy's also as `mcnemar`, all that evaluations from
+    before it have), else the bootstrap's p, no lower than its n claims allow."""
+    mc = _sub(_sub(t, "mcnemar_by_metric"), key) or (_sub(t, "mcnemar") if key == "accuracy" else {})
+    b, c = number(mc.get("b")), number(mc.get("c"))
+    if b is not None and c is not None:
+        return f"{_p(mc.get('p'))} (McNemar {_num(b, 0)} / {_num(c, 0)})"
+    return _p(stat.get("p"), number(t.get("n")))
 
 
 def _diff(stat: Mapping) -> str:
-    """`+0.250 [0.000, 0.500]`: the observed difference and its paired-bootstrap interval."""
+    """`+0.250 [0.000, 0.500]`: the observed difference and its paired-bootstrap interval; a point interval
+    (every resample the same difference, as with 2 claims that both flip) is no interval and is not shown as one."""
     d = number(stat.get("diff"))
     if d is None:
         return "n/a"
     ci = interval(stat)
+    if ci and ci[0] == ci[1]:
+        return _signed(d) + " (no interval: every resample the same)"
     return _signed(d) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else "")
 
 
@@ -323,10 +380,11 @@ def _paired_table(paired: Mapping | None, why: str | None) -> list[str]:
             for s, t in by_system.items() if isinstance(t, Mapping)]
     if not rows:
         return ["No paired tests: the evaluation ran one system, or not the reference system."]
-    lines = ["Δ = reference minus system on the claims both answered, paired by claim id (for EHR a negative Δ "
-             "favours the reference); paired bootstrap 95% interval and p; MDD: the smallest true Δ this n finds "
-             "with 80% power. McNemar's exact test for accuracy (b: only the reference right, c: only the system). "
-             "Bold: p < 0.05.", "",
+    lines = ["Δ = reference minus system on the n claims both answered, paired by claim id (for EHR a negative Δ "
+             "favours the reference); paired bootstrap 95% interval; MDD: the smallest true Δ this n finds with 80% "
+             "power. p: McNemar's exact test for per-claim yes/no metrics (accuracy, citing, grounded; b / c: claims "
+             "only the reference / only the system gets), never below 2 × 0.5^(b + c); else the bootstrap's, shown "
+             "no lower (≥) than 2 × 0.5^n. Bold: p < 0.05.", "",
              "| dataset | comparison | n | metric | Δ [95% CI] | p | MDD |", "|---|---|---:|---|---:|---:|---:|"]
     for dataset, system, t in rows:
         n = number(t.get("n"))
@@ -336,12 +394,8 @@ def _paired_table(paired: Mapping | None, why: str | None) -> list[str]:
             if number(stat.get("diff")) is None:
                 continue
             mdd = number(stat.get("mdd"))
-            lines.append("| " + " | ".join([*lead, name, _diff(stat), _p(stat.get("p")),
+            lines.append("| " + " | ".join([*lead, name, _diff(stat), _test_p(key, stat, t),
                                              "n/a" if mdd is None else _num(mdd)]) + " |")
-        mc = _sub(t, "mcnemar")
-        b, c = number(mc.get("b")), number(mc.get("c"))
-        lines.append("| " + " | ".join([*lead, "McNemar b / c", "n/a" if b is None or c is None else
-                                         f"{_num(b, 0)} / {_num(c, 0)}", _p(mc.get("p")), ""]) + " |")
     return lines
 
 
