@@ -106,8 +106,21 @@ def test_mirror_is_used_instead_of_the_network(tmp_path, monkeypatch):
     manifest = fetch(cfg(tmp_path, "http://127.0.0.1:9"))  # unreachable URL: must not be used
     tar = mirror / "scifact" / "data.tar.gz"
     assert (tmp_path / "raw" / "scifact" / "data.tar.gz").read_bytes() == tar.read_bytes()
-    assert manifest["files"]["scifact"]["origin"] == str(tar)
+    assert manifest["files"]["scifact"]["origin"] == "mirror"  # never its path: data/raw's hash is the same anywhere
+    assert str(tmp_path) not in (tmp_path / "raw" / "manifest.json").read_text()
     assert manifest["files"]["scifact"]["sha256"] == hashlib.sha256(tar.read_bytes()).hexdigest()
+
+
+def test_another_mirror_with_other_bytes_is_copied_again(tmp_path, monkeypatch):
+    first, second = write_raw(tmp_path / "m1"), write_raw(tmp_path / "m2")
+    csv = second / "healthfc" / "Datensatz.csv"
+    csv.write_bytes(csv_bytes(healthfc_rows()[:-1]))  # another copy than the first mirror's
+    monkeypatch.setenv(MIRROR_ENV, str(first))
+    fetch(cfg(tmp_path, "http://127.0.0.1:9"))
+    monkeypatch.setenv(MIRROR_ENV, str(second))
+    manifest = fetch(cfg(tmp_path, "http://127.0.0.1:9"))
+    assert (tmp_path / "raw" / "healthfc" / "Datensatz.csv").read_bytes() == csv.read_bytes()
+    assert manifest["files"]["healthfc"]["sha256"] == hashlib.sha256(csv.read_bytes()).hexdigest()
 
 
 def test_mirror_missing_a_file_is_a_clear_error(tmp_path, monkeypatch):

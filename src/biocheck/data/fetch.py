@@ -233,11 +233,16 @@ def fetch(cfg: FetchConfig | None = None) -> dict:
     for src in cfg.sources:
         dest = raw / src.relpath
         remove_stale_tmp(dest.parent)  # leftovers of a killed earlier run
-        origin = str(mirror.path / src.relpath) if mirror else src.url
+        # The manifest says only that a mirror was used, never its path: the same bytes fetched from a
+        # mirror elsewhere (another folder, another machine) must give the same DVC hash of data/raw.
+        origin = "mirror" if mirror else src.url
+        where = str(mirror.path / src.relpath) if mirror else src.url  # for the log
         prev = old.get("files", {}).get(src.name)
         _remove_if_damaged(src, dest)
         if not cfg.force and prev and dest.is_file() and prev.get("origin") == origin \
-                and sha256_file(dest) == prev.get("sha256"):
+                and sha256_file(dest) == prev.get("sha256") \
+                and (not mirror or sha256_file(mirror.path / src.relpath) == prev.get("sha256")):
+            # (a mirror's file is hashed too: another mirror's copy, e.g. a repacked one, is copied again)
             log.info("%s: already fetched (%s), sha256 %s", src.name, dest, prev["sha256"][:12])
             manifest["files"][src.name] = prev
             continue
@@ -246,14 +251,14 @@ def fetch(cfg: FetchConfig | None = None) -> dict:
             digest, size = _copy_from_mirror(src, mirror, dest, cfg)
         else:
             digest, size = _download(src, dest, cfg)
-        log.info("%s: %s -> %s (%d bytes, sha256 %s, %.1fs)", src.name, origin, dest, size, digest[:12],
+        log.info("%s: %s -> %s (%d bytes, sha256 %s, %.1fs)", src.name, where, dest, size, digest[:12],
                  time.perf_counter() - t0)
         manifest["files"][src.name] = {
             "path": src.relpath,
-            "origin": origin,
+            "origin": origin,  # the URL it was downloaded from, or "mirror"
             "url": src.url,
             "sha256": digest,
-            "bytes": size,  # no timestamp: the same bytes must give the same DVC hash of data/raw
+            "bytes": size,  # no timestamp or duration: they would change the DVC hash of data/raw too
         }
     write_json_atomic(raw / MANIFEST, manifest)
     return manifest

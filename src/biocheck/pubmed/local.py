@@ -33,7 +33,7 @@ from biocheck.pubmed import local_schema as S
 from biocheck.pubmed.corpus import articles_from_corpus
 from biocheck.pubmed.local_analysis import register
 from biocheck.pubmed.local_compile import Compiled, QueryCompiler
-from biocheck.pubmed.local_files import DamagedFile, check_files, looks_like_index, staging_dir
+from biocheck.pubmed.local_files import DamagedFile, check_files, looks_like_index, name_segments, staging_dir
 from biocheck.pubmed.query import MAX_QUERY_CHARS, parse, to_string
 from biocheck.pubmed.types import MAX_RESULTS, Article, BackendError, SearchError, SearchResult
 
@@ -52,6 +52,9 @@ BM25 = {
     "b": 0.75,
 }
 _TIE_FETCH_LIMIT = 5000  # enough candidates to order score ties by pmid
+# Timings of this process (stats(), the log, MLflow), never written to META_FILE: the index is a DVC output, and
+# the same articles must give the same bytes on any machine.
+_RUN_ONLY = ("build_seconds", "open_seconds")
 
 
 class IndexUnavailable(SearchError, ValueError):
@@ -108,7 +111,8 @@ class LocalIndex:
             index = tantivy.Index(S.build_schema())
             register(index)
             count = _write(index, articles, upsert=False, progress=progress, threads=threads, heap_mb=heap_mb)
-            return cls(index, None, _build_meta(count, started, digest))
+            return cls(index, None, {**_build_meta(count, digest),
+                                     "build_seconds": round(time.perf_counter() - started, 3)})
         path = Path(path)
         _check_replaceable(path)
         # The staging folder is removed on failure; one left by a killed build is removed here.
@@ -117,13 +121,17 @@ class LocalIndex:
             register(index)
             count = _write(index, articles, upsert=False, progress=progress, threads=threads, heap_mb=heap_mb)
             del index  # release the files before the directory moves
-            meta = _build_meta(count, started, digest)
+            meta = _build_meta(count, digest)
+            name_segments(staging, meta["content_digest"])
             write_json_atomic(staging / META_FILE, meta)
             if path.exists():
                 shutil.rmtree(path)
             staging.rename(path)
-        log.info("Indexed %d articles in %.1fs into %s", count, meta["build_seconds"], path)
-        return cls.open(path)
+        seconds = round(time.perf_counter() - started, 3)
+        log.info("Indexed %d articles in %.1fs into %s", count, seconds, path)
+        built = cls.open(path)
+        built._meta["build_seconds"] = seconds
+        return built
 
     @classmethod
     def open(cls, path: Path, verify: bool = True) -> LocalIndex:
@@ -170,7 +178,7 @@ class LocalIndex:
         return opened
 
     def _stored_meta(self) -> dict[str, Any]:
-        return {k: v for k, v in self._meta.items() if k != "open_seconds"}
+        return {k: v for k, v in self._meta.items() if k not in _RUN_ONLY}
 
     def add(self, articles: Iterable[Article], progress: bool = False) -> int:
         """Add or replace (same pmid) articles; searches see them on return. Returns the count."""
@@ -180,8 +188,8 @@ class LocalIndex:
                        heap_mb=64)
         if old:  # an index built without a digest keeps none: index_fingerprint then hashes its files
             self._meta["content_digest"] = digest.hexdigest()
+        # no "updated_at": a date would give the same articles other bytes (see _RUN_ONLY)
         self._meta["added_docs"] = self._meta.get("added_docs", 0) + count
-        self._meta["updated_at"] = _now()
         if self._path is not None:
             write_json_atomic(self._path / META_FILE, self._stored_meta())
         self._refresh()
@@ -243,7 +251,7 @@ class LocalIndex:
         return self._view.searcher.num_docs
 
     def stats(self) -> dict[str, Any]:
-        """Numbers worth logging (MLflow): size, build time, MeSH coverage, BM25 parameters."""
+        """Numbers worth logging (MLflow): size, MeSH coverage, BM25 parameters, build time (built by this process)."""
         size = None
         if self._path is not None:
             size = sum(f.stat().st_size for f in self._path.rglob("*") if f.is_file())
@@ -318,13 +326,12 @@ def _brief(exc: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _build_meta(count: int, started: float, digest: Any) -> dict[str, Any]:
+def _build_meta(count: int, digest: Any) -> dict[str, Any]:
+    """What META_FILE keeps: what the index holds and how to read it; no time, no path (see _RUN_ONLY)."""
     return {
         "format": FORMAT_VERSION,
         "backend": "tantivy",
         "tantivy_version": version("tantivy"),
-        "built_at": _now(),
-        "build_seconds": round(time.perf_counter() - started, 3),
         "built_docs": count,
         "content_digest": digest.hexdigest(),  # every article indexed, in order (index_fingerprint)
     }

@@ -1,4 +1,4 @@
-"""The local index's directory on disk: an integrity check, and the staging folders of builds.
+"""The local index's directory on disk: an integrity check, the staging folders of builds, and segment names.
 
 Integrity: tantivy ends every segment file with a footer that holds a CRC32 of the file's body,
 but does not verify it when opening, and opens some components (positions) only when a search
@@ -11,16 +11,21 @@ Staging: a build writes into `.<name>.building-<pid>` beside the index and holds
 `.<name>.building-<pid>.lock` while it runs. A killed build leaves both behind; the next build
 removes every staging folder whose lock is free (or, with no lock file, whose pid is not
 alive), and never one that a running build holds.
+
+Names: a build renames tantivy's randomly named segments after what the index holds (`name_segments`), so
+the same articles give the same files: the index is a DVC output.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
 import shutil
 import struct
+import uuid
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,6 +73,28 @@ def expected_files(path: Path) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise DamagedFile("meta.json is unreadable (cut short or overwritten)") from None
     return names
+
+
+def name_segments(path: Path, content_digest: str) -> None:
+    """Give the segments of the closed index at `path` names made from `content_digest` (what it holds).
+
+    tantivy names a segment by a random UUID and lists its files in `.managed.json` in hash-set order, so
+    two builds of the same articles would differ in file names and bytes, and DVC would see a new index
+    every time. The segments' own bytes do not hold their names: renaming the files and rewriting both
+    lists is all it takes.
+    """
+    meta_file, managed_file = path / "meta.json", path / ".managed.json"
+    meta_text = meta_file.read_text(encoding="utf-8")
+    managed = json.loads(managed_file.read_text(encoding="utf-8"))
+    for i, segment in enumerate(json.loads(meta_text)["segments"]):
+        old = uuid.UUID(segment["segment_id"])
+        new = uuid.UUID(hashlib.sha256(f"{content_digest}:{i}".encode()).hexdigest()[:32])
+        for file in path.glob(f"{old.hex}.*"):
+            file.rename(path / (new.hex + file.name[len(old.hex):]))
+        meta_text = meta_text.replace(f'"{old}"', f'"{new}"')
+        managed = [new.hex + name[len(old.hex):] if name.startswith(old.hex) else name for name in managed]
+    meta_file.write_text(meta_text, encoding="utf-8")
+    managed_file.write_text(json.dumps(sorted(managed), separators=(",", ":")), encoding="utf-8")
 
 
 def _check_file(file: Path) -> None:
