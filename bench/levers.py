@@ -5,9 +5,11 @@ reward audit of it (groups in which R_evidence varies, per label; the evidence f
     python bench/levers.py --project ../smol --levers today citing_or --claims 16
 
 PROJECT is a checkout on the profile to measure (e.g. `biocheck profile use smol && dvc repro audit` done there:
-its data, index, base model and judge are used). Each lever is a set of params changed on top of PROJECT's
-params.yaml. Its warm start goes to SCRATCH/sft-<its sft settings>, shared by the levers with the same ones (a
-lever with today's warm start uses PROJECT's models/sft: its key matches, nothing is retrained). Every audit
+its data, index and base model are used). Each lever states every setting the levers touch (TODAY below: the
+smol profile before issue 48, and its changes to it) on top of PROJECT's params.yaml, so it measures the same
+start on a later profile. Its warm start goes to SCRATCH/sft-<its sft settings> and its judge to
+SCRATCH/judge-<its judge settings>, each shared by the levers with the same settings and trained only where
+SCRATCH does not hold it yet. Every audit
 reads and adds to PROJECT's audit/ cache: episodes are cached per start model and claim, so a lever whose start
 and claims were sampled before only re-scores them. Each audit's summary goes to SCRATCH/<lever>/audit.json.
 Before the levers, two measurements that need no model: how often a demonstration's search (sft.query) finds a
@@ -36,14 +38,20 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-CITING = {"train.sft.demos": "citing", "train.sft.nei_examples": 8}  # 32 citing (16 S, 16 R) + 8 NEI-gold ones
+# Every setting a lever touches, as the smol profile had them before issue 48 ("today"): each lever states its
+# settings in full on top of these, so that it measures the same thing on a later profile (the profile has since
+# taken several levers: rerunning "today" on it still gives the start the levers were measured against).
+TODAY = {"train.sft.demos": "first", "train.sft.query": "and", "train.sft.max_examples": 32,
+         "train.sft.nei_examples": 0, "train.curriculum": None, "train.num_generations": 4,
+         "judge.level": "abstract", "judge.layer": 11, "reward.judge_reads": "paper"}
+CITING = {**TODAY, "train.sft.demos": "citing", "train.sft.nei_examples": 8}  # 32 citing (16 S, 16 R) + 8 NEI-gold
 CITING64 = {**CITING, "train.sft.query": "or", "train.curriculum": "reachable", "train.num_generations": 8,
             "train.sft.max_examples": 64}
 LEVERS: dict[str, dict[str, Any]] = {
-    "today": {},  # the profile's warm start: the first 32 training claims, AND queries
-    "or": {"train.sft.query": "or"},  # searches that find gold papers
+    "today": TODAY,  # the warm start: the first 32 training claims, AND queries; the judge of abstracts
+    "or": {**TODAY, "train.sft.query": "or"},  # searches that find gold papers
     "citing": CITING,  # citing demonstrations balanced between the labels, NEI only for NEI-gold claims
-    "curriculum": {"train.curriculum": "reachable"},  # training claims on which credit is reachable
+    "curriculum": {**TODAY, "train.curriculum": "reachable"},  # training claims on which credit is reachable
     "citing_or": {**CITING, "train.sft.query": "or"},
     "citing_or_curriculum": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable"},
     "citing_or_curriculum_g8": {**CITING, "train.sft.query": "or", "train.curriculum": "reachable",
@@ -51,9 +59,9 @@ LEVERS: dict[str, dict[str, Any]] = {
     # twice the citing demonstrations (32 S + 32 R): more examples of filing refuting evidence as refuting
     "citing64_or_curriculum_g8": CITING64,
     # the same start, its citations judged by their quote, not the whole paper (reward.judge_reads): first by the
-    # judge of abstracts (the profile's before: abstract pairs, layer 11), then by judges trained on single sentences (judge.level), at the layer that
+    # judge of abstracts (TODAY's), then by judges trained on single sentences (judge.level), at the layer that
     # cross-validated best on abstracts (11) and at the one that does on sentences (layer null: chosen by CV)
-    "citing64_quote": {**CITING64, "reward.judge_reads": "quote", "judge.level": "abstract", "judge.layer": 11},
+    "citing64_quote": {**CITING64, "reward.judge_reads": "quote"},
     "citing64_quote_sentence_judge11": {**CITING64, "reward.judge_reads": "quote", "judge.level": "sentence",
                                         "judge.layer": 11},
     "citing64_quote_sentence_judge": {**CITING64, "reward.judge_reads": "quote", "judge.level": "sentence",
