@@ -169,12 +169,16 @@ def run_lever(name: str, base: dict[str, Any], scratch: Path) -> dict[str, Any]:
     p = lever_params(base, LEVERS[name], scratch)
     t0 = time.perf_counter()
     sft = sft_stage(p, progress=False)
-    judge = lever_judge(p, LEVERS[name])
     t1 = time.perf_counter()
+    judge = lever_judge(p, LEVERS[name])
+    t1b = time.perf_counter()
     audit = audit_stage(p, out=scratch / name / "audit.json")
     t2 = time.perf_counter()
     return {"changes": LEVERS[name], "sft": {k: sft.get(k) for k in ("examples", "demonstrations", "citing", "seconds")},
-            "sft_seconds": round(t1 - t0, 1), "audit_seconds": round(t2 - t1, 1), "judge": judge,
+            "sft_seconds": round(t1 - t0, 1), "audit_seconds": round(t2 - t1b, 1), "judge": judge,
+            # the judge's own training time (its stats), not this run's: a judge in SCRATCH is not retrained
+            "judge_train_seconds": (json.loads((Path(p["judge"]["out_dir"]) / "judge_train.json").read_text())
+                                    .get("seconds") if judge else None),
             "params": {"reads": p["reward"].get("judge_reads", "paper"), "level": p["judge"].get("level"),
                        "layer": stats_layer(p) if judge else p["judge"].get("layer")},
             "judge_credit": audit["judge_credit"],
