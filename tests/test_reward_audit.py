@@ -201,7 +201,8 @@ def test_a_judge_of_quotes_is_asked_about_each_gold_rationale_not_the_whole_pape
     claims = [CLAIMS[0], ClaimRecord(id="2", dataset="scifact", split="train", claim="Aspirin is safe.", label=R,
                                      evidence=[GoldEvidence(doc_id="103", sentences=[1], label=R),
                                                GoldEvidence(doc_id="103", sentences=[0, 1], label=R),
-                                               GoldEvidence(doc_id="103", sentences=[5], label=R)])]  # 5: not in it
+                                               GoldEvidence(doc_id="103", sentences=[5], label=R),  # 5: not in it
+                                               GoldEvidence(doc_id="103", sentences=[-1], label=R)])]
     cfg = AuditConfig(progress=False)
     for reads, want in (("paper", [("Vitamin D prevents hip fractures.", "101", PAPERS["101"].title, PAPERS["101"].abstract),
                                    ("Aspirin is safe.", "103", "Aspirin in primary prevention", two)]),

@@ -506,6 +506,24 @@ def test_judge_reads_the_quote_with_its_title_or_the_whole_paper():
     assert b.evidence == pytest.approx(expected_evidence([0.8]))
 
 
+def test_a_judge_of_quotes_reads_the_whole_sentence_in_the_papers_words_and_never_the_title():
+    text = report(refuting=[("103", "did NOT reduce"),  # a fragment, in the model's own case
+                            ("103", "it did not reduce cardiovascular mortality"),  # another spelling of it
+                            ("103", "Aspirin in primary prevention")],  # the title: no credit
+                  conclusion="REFUTED")
+    judge = TextJudge({})
+    b = score(view(text, gold="REFUTED"), RewardConfig(judge_reads="quote"), judge)
+    # one pair: the abstract's own sentence that holds both spellings; nothing for the title quote
+    assert judge.calls == [[(CLAIM, "103", LEDGER["103"].title, "It did not reduce cardiovascular mortality.")]]
+    assert not any(e.hallucinated for e in b.entries)  # the title quote is grounded, only never judged
+    assert [e.s for e in b.entries] == [0.8, 0.8, 0.0] and [e.counted for e in b.entries] == [True, True, False]
+    # a quote across two sentences is judged as both
+    judge = TextJudge({})
+    score(view(report(refuting=[("103", "major bleeding. It did not")], conclusion="REFUTED"), gold="REFUTED"),
+          RewardConfig(judge_reads="quote"), judge)
+    assert judge.calls == [[(CLAIM, "103", LEDGER["103"].title, LEDGER["103"].abstract)]]
+
+
 def test_an_invented_quote_is_never_shown_to_a_judge_that_reads_quotes():
     text = report(supporting=[("101", "Vitamin D did not prevent anything at all.")])
     judge = TextJudge({})

@@ -203,7 +203,7 @@ def _gold_credit(setup: AuditSetup) -> dict[str, Any]:
             paper, sentences = setup.papers[doc], setup.sentences.get(doc, [])
             shown = [paper] if not quotes else [
                 Article(pmid=paper.pmid, title=paper.title, abstract=" ".join(sentences[i] for i in sorted(r)))
-                for r in rationales if r and all(i < len(sentences) for i in r)]
+                for r in rationales if r and all(0 <= i < len(sentences) for i in r)]
             pairs += [(c.claim, a) for a in shown]
             keys += [label.value] * len(shown)
     out: dict[str, Any] = {}

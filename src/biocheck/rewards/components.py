@@ -21,8 +21,10 @@ from biocheck.labels import Label
 from biocheck.pubmed import query as pubmed_query
 from biocheck.pubmed.types import Article
 from biocheck.report.parse import parse_report
+from biocheck.report.quotes import find_quote
 from biocheck.rewards.grounding import EntryCheck, check_entry, ehr
 from biocheck.rewards.judge.base import Judge, Scores, clean_scores
+from biocheck.text import sentence_spans
 
 Variant = Literal["eg_grpo", "outcome_only"]
 VARIANTS: tuple[str, ...] = ("eg_grpo", "outcome_only")
@@ -44,7 +46,7 @@ class RewardConfig:
     threshold: float = 0.5  # an entry's s counts only when s > threshold
     unique_papers: bool = False  # count each (side, pmid) once in R_evidence (guards against repeated citations)
     # what the judge reads of a citation: "paper" = the cited paper's title and abstract (the claim-paper pair);
-    # "quote" = only the quoted sentence(s), so the judge scores the evidence the report actually gives
+    # "quote" = the abstract sentence(s) the quote lies in, so the judge scores the evidence the report gives
     judge_reads: JudgeReads = "paper"
 
     def __post_init__(self) -> None:
@@ -182,8 +184,8 @@ def score_many(views: Sequence[EpisodeView], cfg: RewardConfig | None = None,
     if judge is not None:
         for view, (_, _, checks) in zip(views, parsed, strict=True):
             for c in checks:
-                if not c.hallucinated:
-                    a = judged(view, c, cfg.judge_reads)
+                a = judged(view, c, cfg.judge_reads) if not c.hallucinated else None
+                if a is not None:
                     wanted.setdefault(_pair_id(view.claim, a), (view.claim, a))
     answers: dict[tuple[str, str, str, str], Scores] = {}
     if wanted:
@@ -193,8 +195,7 @@ def score_many(views: Sequence[EpisodeView], cfg: RewardConfig | None = None,
         answers = {k: clean_scores(s) for k, s in zip(wanted, got, strict=True)}
     out = []
     for view, (conclusion, problems, checks) in zip(views, parsed, strict=True):
-        s = [answers[_pair_id(view.claim, judged(view, c, cfg.judge_reads))][SIDE_LABEL[c.side]]
-             if judge is not None and not c.hallucinated else 0.0 for c in checks]
+        s = [_judged_s(view, c, cfg.judge_reads, answers, judge is not None) for c in checks]
         out.append(_breakdown(view, cfg, conclusion, problems, checks, s, judge is not None))
     return out
 
@@ -207,12 +208,27 @@ def _read(view: EpisodeView) -> tuple[Label | None, int, list[EntryCheck]]:
     return report.report.conclusion, len(report.problems), checks
 
 
-def judged(view: EpisodeView, c: EntryCheck, reads: str) -> Article:
-    """What the judge is shown for a (not hallucinated) citation: its paper, or only its quote (`judge_reads`).
-    A quote is shown as its paper's title and the quote as the abstract: the shape of a sentence-level judge's
-    training pair (judge.level: sentence), so every judge takes it as it is."""
+def judged(view: EpisodeView, c: EntryCheck, reads: str) -> Article | None:
+    """What the judge is shown for a (not hallucinated) citation (`judge_reads`): its paper; or, for a judge of
+    quotes, the abstract sentence(s) the quote lies in, in the paper's own words, under the paper's title (the
+    shape of a sentence-level judge's training pair, judge.level: sentence). A fragment is judged as its whole
+    sentence, and the spellings of one quote as one pair. None (no credit): a quote found only in the title,
+    which a judge of quotes must not read twice as evidence."""
     a = view.ledger[c.pmid]
-    return a if reads == "paper" else Article(pmid=a.pmid, title=a.title, abstract=c.quote)
+    if reads == "paper":
+        return a
+    span = find_quote(c.quote, a.abstract)
+    if span is None:
+        return None
+    start, end = span
+    text = " ".join(a.abstract[i:j].strip() for i, j in sentence_spans(a.abstract) if i < end and j > start)
+    return Article(pmid=a.pmid, title=a.title, abstract=text)
+
+
+def _judged_s(view: EpisodeView, c: EntryCheck, reads: str, answers: dict, judge_on: bool) -> float:
+    """s of one citation: 0 when it is hallucinated, the judge is off, or a judge of quotes is shown nothing."""
+    shown = judged(view, c, reads) if judge_on and not c.hallucinated else None
+    return answers[_pair_id(view.claim, shown)][SIDE_LABEL[c.side]] if shown is not None else 0.0
 
 
 def _pair_id(claim: str, a: Article) -> tuple[str, str, str, str]:
