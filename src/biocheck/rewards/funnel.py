@@ -11,8 +11,9 @@ before it holds and, for the citation steps, one citation does all of them at on
   right_label  ... and the report concludes the claim's gold label
 
 Beside the funnel, what the evidence scores credit off it: `credited_any_sentence` (a verbatim quote of a
-gold paper credited on its side whatever sentence it quotes: the judge scores the (claim, paper) pair, so a
-background sentence earns what a rationale earns), `nongold_credited` (grounded citations of papers that are
+gold paper credited on its side whatever sentence it quotes: a judge of papers, reward.judge_reads: paper,
+scores the (claim, paper) pair, so a background sentence earns what a rationale earns; a judge of quotes
+scores the quoted sentence itself), `nongold_credited` (grounded citations of papers that are
 not gold evidence which the judge credits: R_evidence's credit off the gold papers), and `invented_gold`
 (citations whose quote or PMID is invented but that name a gold paper on its side: SciFact's abstract-level
 label score counts them; R_evidence does not, since s of a hallucinated entry is 0).
