@@ -7,7 +7,7 @@ import random
 import pytest
 
 from biocheck.pubmed.types import Article
-from biocheck.report.quotes import find_quote, normalize_text
+from biocheck.report.quotes import find_quote, normalize_text, overlapping, quoted_sentences
 from biocheck.report.schema import EvidenceItem
 from biocheck.rewards.grounding import is_grounded
 
@@ -165,3 +165,14 @@ def test_a_quote_from_parsed_mathml_is_grounded():
     for quote in (f"uptake ( {DOTTED} ) was measured", f"uptake ( {PLAIN} ) was measured"):
         assert is_grounded(EvidenceItem(pmid="31000009", quote=quote), {"31000009": article})
     assert not is_grounded(EvidenceItem(pmid="31000009", quote="uptake ( V . O 2 m a x )"), {"31000009": article})
+
+
+def test_quoted_sentences_are_the_sentences_a_quote_overlaps():
+    sentences = ["Alpha rises.", "Beta falls sharply.", "Gamma is unchanged."]
+    assert quoted_sentences("Beta falls sharply.", sentences) == [1]  # an exact sentence
+    assert quoted_sentences("falls", sentences) == [1]  # a fragment is its sentence
+    assert quoted_sentences("sharply. Gamma", sentences) == [1, 2]  # a passage across two
+    assert quoted_sentences("Delta", sentences) == []  # not there
+    # half-open spans: touching a boundary is not overlapping it
+    assert overlapping((5, 10), [(0, 5), (5, 8), (10, 12)]) == [1]
+    assert overlapping((0, 1), []) == []

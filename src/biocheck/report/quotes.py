@@ -46,6 +46,12 @@ def find_quote(quote: str, text: str) -> tuple[int, int] | None:
     return starts[k], ends[k + len(needle) - 1]
 
 
+def overlapping(span: tuple[int, int], spans: Sequence[tuple[int, int]]) -> list[int]:
+    """Indices of the (start, end) `spans` that `span` overlaps: the sentences a quote found at `span` lies in."""
+    start, end = span
+    return [i for i, (a, b) in enumerate(spans) if a < end and b > start]
+
+
 def quoted_sentences(quote: str, sentences: Sequence[str]) -> list[int]:
     """Indices of the sentences (an abstract joined by one space, as the index shows it) that the quote's span
     overlaps: an exact sentence, a part of one, or a passage across two; [] when the quote is not there."""
@@ -53,13 +59,11 @@ def quoted_sentences(quote: str, sentences: Sequence[str]) -> list[int]:
     span = find_quote(quote, " ".join(sentences))
     if span is None:
         return []
-    start, end = span
-    out, pos = [], 0
-    for i, s in enumerate(sentences):
-        if start < pos + len(s) and end > pos:
-            out.append(i)
+    spans, pos = [], 0
+    for s in sentences:
+        spans.append((pos, pos + len(s)))
         pos += len(s) + 1
-    return out
+    return overlapping(span, spans)
 
 
 def tokens(s: str) -> list[str]:

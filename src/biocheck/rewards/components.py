@@ -21,7 +21,7 @@ from biocheck.labels import Label
 from biocheck.pubmed import query as pubmed_query
 from biocheck.pubmed.types import Article
 from biocheck.report.parse import parse_report
-from biocheck.report.quotes import find_quote
+from biocheck.report.quotes import find_quote, overlapping
 from biocheck.rewards.grounding import EntryCheck, check_entry, ehr
 from biocheck.rewards.judge.base import Judge, Scores, clean_scores
 from biocheck.text import sentence_spans
@@ -180,22 +180,24 @@ def score_many(views: Sequence[EpisodeView], cfg: RewardConfig | None = None,
     """`score` for many episodes, with every (claim, paper) pair they need sent to the judge in ONE call."""
     cfg = cfg or RewardConfig()
     parsed = [_read(v) for v in views]
+    # what the judge is shown of each citation (None: no credit), worked out once: it also keys the answers
+    shown = [[judged(view, c, cfg.judge_reads) if judge is not None and not c.hallucinated else None
+              for c in checks] for view, (_, _, checks) in zip(views, parsed, strict=True)]
     wanted: dict[tuple[str, str, str, str], tuple[str, Article]] = {}  # dedupe: a group shares claim and papers
-    if judge is not None:
-        for view, (_, _, checks) in zip(views, parsed, strict=True):
-            for c in checks:
-                a = judged(view, c, cfg.judge_reads) if not c.hallucinated else None
-                if a is not None:
-                    wanted.setdefault(_pair_id(view.claim, a), (view.claim, a))
+    for view, articles in zip(views, shown, strict=True):
+        for a in articles:
+            if a is not None:
+                wanted.setdefault(_pair_id(view.claim, a), (view.claim, a))
     answers: dict[tuple[str, str, str, str], Scores] = {}
-    if wanted:
+    if wanted and judge is not None:
         got = judge.score(list(wanted.values()))
         if len(got) != len(wanted):
             raise RuntimeError(f"judge {judge.spec} returned {len(got)} scores for {len(wanted)} pairs")
         answers = {k: clean_scores(s) for k, s in zip(wanted, got, strict=True)}
     out = []
-    for view, (conclusion, problems, checks) in zip(views, parsed, strict=True):
-        s = [_judged_s(view, c, cfg.judge_reads, answers, judge is not None) for c in checks]
+    for view, (conclusion, problems, checks), articles in zip(views, parsed, shown, strict=True):
+        s = [answers[_pair_id(view.claim, a)][SIDE_LABEL[c.side]] if a is not None else 0.0
+             for c, a in zip(checks, articles, strict=True)]
         out.append(_breakdown(view, cfg, conclusion, problems, checks, s, judge is not None))
     return out
 
@@ -220,15 +222,9 @@ def judged(view: EpisodeView, c: EntryCheck, reads: str) -> Article | None:
     span = find_quote(c.quote, a.abstract)
     if span is None:
         return None
-    start, end = span
-    text = " ".join(a.abstract[i:j].strip() for i, j in sentence_spans(a.abstract) if i < end and j > start)
+    spans = sentence_spans(a.abstract)
+    text = " ".join(a.abstract[spans[k][0]:spans[k][1]].strip() for k in overlapping(span, spans))
     return Article(pmid=a.pmid, title=a.title, abstract=text)
-
-
-def _judged_s(view: EpisodeView, c: EntryCheck, reads: str, answers: dict, judge_on: bool) -> float:
-    """s of one citation: 0 when it is hallucinated, the judge is off, or a judge of quotes is shown nothing."""
-    shown = judged(view, c, reads) if judge_on and not c.hallucinated else None
-    return answers[_pair_id(view.claim, shown)][SIDE_LABEL[c.side]] if shown is not None else 0.0
 
 
 def _pair_id(claim: str, a: Article) -> tuple[str, str, str, str]:
