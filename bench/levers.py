@@ -100,11 +100,11 @@ def stats_layer(p: dict[str, Any]) -> int | None:
     return json.loads(stats.read_text()).get("layer") if stats.is_file() else None
 
 
-def lever_judge(p: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any] | None:
-    """Train the lever's judge unless its folder holds one trained with the same judge settings; its test
-    metrics (None: the lever keeps PROJECT's judge)."""
+def lever_judge(p: dict[str, Any], changes: dict[str, Any]) -> tuple[dict[str, Any] | None, float | None]:
+    """Train the lever's judge unless its folder holds one trained with the same judge settings: (its test metrics,
+    the seconds its training took where known) ((None, None): the lever keeps PROJECT's judge)."""
     if not any(k.startswith("judge.") for k in changes):
-        return None
+        return None, None
     from biocheck.pipeline import judge_stage
 
     folder = Path(p["judge"]["out_dir"])
@@ -113,8 +113,9 @@ def lever_judge(p: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any] | 
     if stats_file.is_file():
         stats = json.loads(stats_file.read_text())
         if all(stats["config"].get(k) == (str(v) if isinstance(v, Path) else v) for k, v in settings.items()):
-            return stats["test"]
-    return judge_stage(p, progress=False)["test"]
+            return stats["test"], stats.get("seconds")  # judges trained before the seconds left their stats file
+    stats = judge_stage(p, progress=False)
+    return stats["test"], stats.get("seconds")
 
 
 def searches(params: dict[str, Any]) -> dict[str, Any]:
@@ -170,15 +171,13 @@ def run_lever(name: str, base: dict[str, Any], scratch: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     sft = sft_stage(p, progress=False)
     t1 = time.perf_counter()
-    judge = lever_judge(p, LEVERS[name])
+    judge, judge_seconds = lever_judge(p, LEVERS[name])
     t1b = time.perf_counter()
     audit = audit_stage(p, out=scratch / name / "audit.json")
     t2 = time.perf_counter()
-    return {"changes": LEVERS[name], "sft": {k: sft.get(k) for k in ("examples", "demonstrations", "citing", "seconds")},
+    return {"changes": LEVERS[name], "sft": {k: sft.get(k) for k in ("examples", "demonstrations", "citing")},
             "sft_seconds": round(t1 - t0, 1), "audit_seconds": round(t2 - t1b, 1), "judge": judge,
-            # the judge's own training time (its stats), not this run's: a judge in SCRATCH is not retrained
-            "judge_train_seconds": (json.loads((Path(p["judge"]["out_dir"]) / "judge_train.json").read_text())
-                                    .get("seconds") if judge else None),
+            "judge_train_seconds": judge_seconds,  # the judge's own training, not this run's (a judge is reused)
             "params": {"reads": p["reward"].get("judge_reads", "paper"), "level": p["judge"].get("level"),
                        "layer": stats_layer(p) if judge else p["judge"].get("layer")},
             "judge_credit": audit["judge_credit"],

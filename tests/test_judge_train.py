@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -429,3 +430,26 @@ def test_a_sentence_judge_is_measured_on_balanced_sentence_pairs(prepared, tiny_
                            layer=1, steps=20, progress=False)
     train_judge(cfg)
     assert seen["test"][0]["level"] == "abstract" and seen["test"][0]["balance"] is False
+
+
+def test_same_inputs_give_the_same_judge_bytes_in_another_folder(prepared, tiny_model, tmp_path, monkeypatch):
+    """models/judge and metrics/judge.json are DVC outputs hashed into dvc.lock: the same inputs in another folder
+    (another machine, another speed) must give the same bytes, so no run's seconds are written (issue 49)."""
+    import hashlib
+    import shutil
+
+    digests = []
+    for name in ("a", "b"):
+        work = tmp_path / name
+        (work / "data").mkdir(parents=True)
+        shutil.copytree(tiny_model, work / "models" / "base")
+        (work / "data" / "prepared").symlink_to(prepared, target_is_directory=True)
+        monkeypatch.chdir(work)
+        stats = train_judge(JudgeTrainConfig(base=Path("models/base"), prepared_dir=Path("data/prepared"),
+                                             out_dir=Path("models/judge"), metrics_path=Path("metrics/judge.json"),
+                                             layer=1, steps=20, eval_max_pairs=5, progress=False))
+        assert stats["seconds"] > 0  # the run's time is still reported to the caller (log, MLflow)
+        files = sorted([*Path("models/judge").rglob("*"), Path("metrics/judge.json")])
+        digests.append({str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files if f.is_file()})
+        assert "seconds" not in json.loads(Path("metrics/judge.json").read_text())
+    assert digests[0] == digests[1] and len(digests[0]) > 3

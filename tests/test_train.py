@@ -619,6 +619,7 @@ class _Wiring:
     HISTORY = [{"step": 0, "eval_reward": 0.25}, {"step": 1, "loss": 0.5, "reward": 0.1},
                {"step": 1, "eval_reward": 0.5}, {"step": 2, "loss": 0.4}, {"step": 2, "eval_reward": 0.75}]
     SFT_STATS = {"loss": 0.5, "examples": 2}
+    SFT_SECONDS = {"seconds": 12.5}  # what train_sft also returns: its time, logged, never saved (issue 49)
 
     def __init__(self, monkeypatch, tmp_path: Path) -> None:
         import contextlib
@@ -668,7 +669,7 @@ class _Wiring:
         monkeypatch.setattr(search_mod, "search_tool", lambda cfg: self.tools.append(cfg) or self.tool)
         monkeypatch.setattr(demos_mod, "demonstration", self._demo)
         monkeypatch.setattr(sft_mod, "train_sft", lambda model, tok, convs, cfg, tools, seed, progress: self.sft.append(
-            (model, tok, convs, cfg, tools, seed, progress)) or dict(self.SFT_STATS))
+            (model, tok, convs, cfg, tools, seed, progress)) or {**self.SFT_STATS, **self.SFT_SECONDS})
         monkeypatch.setattr(data_mod, "to_dataset", lambda recs, prompts: ("dataset", [r.id for r in recs], prompts))
         monkeypatch.setattr(grpo_mod, "make_trainer", self._make_trainer)
         monkeypatch.setattr(judge_mod, "make_judge",

@@ -250,7 +250,7 @@ def judge_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, eqs: bool 
     name = "judge train" if cfg.train else "judge zero-shot"
     with run.record("judge", run_name=f"{name} (EQS judge)" if eqs else name,
                     tags={"model_fingerprint": judge_fingerprint(cfg.out_dir) if trained else None}, judge=cfg):
-        tracking.log_metrics(metrics_of(stats), prefix="judge")
+        tracking.log_metrics({**metrics_of(stats), "seconds": stats.get("seconds")}, prefix="judge")
         tracking.log_artifacts(cfg.out_dir / "judge_train.json")
     return stats
 

@@ -174,7 +174,8 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
         with output_dir(out, *SFT_OUTPUT) as tmp:  # a kill mid-save leaves the old folder (or none), never half of one
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
-            write_json_atomic(tmp / SFT_STATS, stats)
+            # same inputs, same bytes (a DVC output hashed on every machine): the time goes to the log only
+            write_json_atomic(tmp / SFT_STATS, {k: v for k, v in stats.items() if k != "seconds"})
             write_json_atomic(tmp / SFT_KEY, {"key": key}, indent=None)
         log.info("SFT warm start: %s -> %s", stats, out)
     state.wait_for_everyone()

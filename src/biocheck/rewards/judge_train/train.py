@@ -187,9 +187,7 @@ def train_judge(cfg: JudgeTrainConfig) -> dict[str, Any]:
                          max_abstract_chars=cfg.eval_max_abstract_chars)
     stats["test"] = evaluate_judge(trained, test, cfg.threshold)
     stats["seconds"] = round(time.perf_counter() - started, 1)
-    write_json_atomic(cfg.out_dir / STATS_FILE, stats)
-    if cfg.metrics_path:
-        write_json_atomic(cfg.metrics_path, metrics_of(stats))
+    write_outputs(cfg, stats)
     log.info("judge: test accuracy %.3f macro-F1 %.3f (majority %.3f) in %.0fs", stats["test"]["accuracy"],
              stats["test"]["macro_f1"], stats["test"]["majority_accuracy"], stats["seconds"])
     return stats
@@ -236,9 +234,7 @@ def _zero_shot_only(judge: Any, test: list[JudgePair], stats: dict[str, Any], cf
     stats["zero_shot"] = _strip(stats["test"])
     stats.update({"layer": None, "seconds": round(time.perf_counter() - started, 1)})
     with output_dir(cfg.out_dir, *OUTPUT) as tmp:  # a stats file only: reward.judge must name the base, not this folder
-        write_json_atomic(tmp / STATS_FILE, stats)
-    if cfg.metrics_path:
-        write_json_atomic(cfg.metrics_path, metrics_of(stats))
+        write_outputs(cfg, stats, tmp)
     log.info("judge (zero-shot %s): test accuracy %.3f macro-F1 %.3f (majority %.3f)", cfg.base,
              stats["test"]["accuracy"], stats["test"]["macro_f1"], stats["test"]["majority_accuracy"])
     return stats
@@ -246,6 +242,16 @@ def _zero_shot_only(judge: Any, test: list[JudgePair], stats: dict[str, Any], cf
 
 def _as_scores(probs) -> list[dict[str, float]]:
     return [dict(zip(KEYS, row, strict=True)) for row in probs.tolist()]
+
+
+def write_outputs(cfg: JudgeTrainConfig, stats: dict[str, Any], folder: Path | None = None) -> None:
+    """The stats beside the judge (in `folder`, default judge.out_dir) and the metrics file, without the run's
+    seconds: both are DVC outputs, and the same inputs must give the same bytes on any machine (the time goes to
+    the log and MLflow)."""
+    kept = {k: v for k, v in stats.items() if k != "seconds"}
+    write_json_atomic((folder or cfg.out_dir) / STATS_FILE, kept)
+    if cfg.metrics_path:
+        write_json_atomic(cfg.metrics_path, metrics_of(kept))
 
 
 def _strip(m: dict[str, Any]) -> dict[str, Any]:
@@ -259,7 +265,7 @@ def metrics_of(stats: dict[str, Any]) -> dict[str, Any]:
            t["majority_accuracy"], "above_threshold": t["above_threshold"], "answer_mass": t["answer_mass"],
            **{f"recall_{label}": t["recall"][label] for label in LABELS}, "n_test": t["n"],
            "n_train": sum(stats["pairs"]["train"].values()), "layer": stats["layer"] or 0,
-           "trained": int(stats["config"].get("train", True)), "seconds": stats["seconds"]}
+           "trained": int(stats["config"].get("train", True))}
     if "zero_shot" in stats:
         out.update({"zero_shot_accuracy": stats["zero_shot"]["accuracy"],
                     "zero_shot_macro_f1": stats["zero_shot"]["macro_f1"]})
