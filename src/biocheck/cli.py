@@ -776,9 +776,11 @@ def select_cmd(
 
     Reads models/checkpoints (train.out_dir), copies the winner to models/selected, writes the whole
     table to metrics/selection.json and the reward curve to metrics/reward_curve.csv, and registers
-    the model in the MLflow model registry (select.registered_model) with the alias `champion`.
+    the model in the MLflow model registry (select.registered_model) with its validation results and
+    the alias `challenger`; `champion` moves to it only when its validation reward beats the
+    champion's (the comparison is recorded on the version; `biocheck model promote` moves it by hand).
     `--variant outcome_only` selects the comparison model from models/checkpoints_outcome_only into
-    models/selected_outcome_only (alias `challenger`); the champion stays EG-GRPO's.
+    models/selected_outcome_only (alias `outcome_only`, never the challenger).
     """
     from biocheck.pipeline import select_config, select_stage
     from biocheck.wiring import params_of
