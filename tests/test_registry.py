@@ -56,7 +56,7 @@ def _tiny_checkpoints(root: Path, model: Path, rewards: dict[int, float]) -> Pat
 def _select(tmp: Path, ckpts: Path, **kw) -> dict:
     cfg = SelectConfig(checkpoints=ckpts, out_dir=tmp / "selected", metrics_path=tmp / "sel.json",
                        curve_path=tmp / "curve.csv", registered_model=NAME, **kw)
-    return select(cfg, variant="outcome_only" if kw.get("alias") == "challenger" else "eg_grpo")
+    return select(cfg, variant="outcome_only" if kw.get("alias") == "outcome_only" else "eg_grpo")
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_a_new_selection_leaves_the_older_versions_files_as_they_were(tmp_path, 
 
 
 @pytest.mark.parametrize("uri, message", [
-    (f"models:/{NAME}@nobody", "has no alias 'nobody' (its aliases: champion)"),
+    (f"models:/{NAME}@nobody", "has no alias 'nobody' (its aliases: challenger, champion)"),
     (f"models:/{NAME}/7", "has no version 7 (its versions: 1)"),
     ("models:/unknown-model@champion", "has no model 'unknown-model'"),
     (f"models:/{NAME}", "not a registered model reference"),
@@ -145,9 +145,9 @@ def test_evaluation_metrics_are_metrics_of_the_logged_model(tmp_path, store, cap
     from biocheck.evaluate.compare import tag_registered_versions
 
     _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.2, 20: 0.5}))
-    _select(tmp_path, _fake_checkpoints(tmp_path / "b", {10: 0.4}), alias="challenger")
+    _select(tmp_path, _fake_checkpoints(tmp_path / "b", {10: 0.4}), alias="outcome_only")
     champion = store.get_model_version_by_alias(NAME, "champion")
-    challenger = store.get_model_version_by_alias(NAME, "challenger")
+    challenger = store.get_model_version_by_alias(NAME, "outcome_only")  # the ablation's own alias
     metrics = {s: {"scifact": {"n": 3, "accuracy": 0.5, "macro_f1": 0.25, "eqs": None, "ci": {"accuracy": {}}},
                    "healthfc": {"n": 7, "accuracy": 0.75, "macro_f1": 0.5, "eqs": 0.125}}
                for s in ("eg_grpo", "outcome_only")}
@@ -156,7 +156,7 @@ def test_evaluation_metrics_are_metrics_of_the_logged_model(tmp_path, store, cap
     with tracking.run("evaluate") as run:
         pass
     caplog.set_level(logging.INFO, logger="biocheck")
-    with tracking.context(registered_model=NAME, aliases={"eg_grpo": "champion", "outcome_only": "challenger"}):
+    with tracking.context(registered_model=NAME, aliases={"eg_grpo": "champion", "outcome_only": "outcome_only"}):
         assert tag_registered_versions(metrics, ran, run.info.run_id) == ["champion"]
     logged = store.get_logged_model(tracking.version_model_id(champion))
     assert {(m.key, m.value) for m in logged.metrics} == {

@@ -47,7 +47,8 @@ def registered(project, client):  # noqa: F811
 
 def test_select_registers_versions_with_their_reward_step_and_run_link(registered, client):
     champion = client.get_model_version_by_alias(registered, "champion")
-    challenger = client.get_model_version_by_alias(registered, "challenger")
+    challenger = client.get_model_version_by_alias(registered, "outcome_only")  # the ablation: never the challenger
+    assert client.get_model_version_by_alias(registered, "challenger").version == champion.version
     assert (champion.tags["validation_reward"], champion.tags["step"], champion.tags["variant"]) == ("0.5", "20", "eg_grpo")
     assert (challenger.tags["validation_reward"], challenger.tags["step"]) == ("0.4", "10")
     assert challenger.tags["variant"] == "outcome_only"
@@ -66,14 +67,14 @@ def test_evaluation_metrics_go_onto_the_version_that_was_evaluated_only(register
     ran = {"eg_grpo": {"model_fingerprint": champion.tags["model_fingerprint"]},
            "outcome_only": {"model_fingerprint": "another-model"}}
     caplog.set_level(logging.INFO, logger="biocheck")
-    with tracking.context(registered_model=registered, aliases={"eg_grpo": "champion", "outcome_only": "challenger"}):
+    with tracking.context(registered_model=registered, aliases={"eg_grpo": "champion", "outcome_only": "outcome_only"}):
         assert tag_registered_versions(metrics, ran, "run-1") == ["champion"]
     tags = client.get_model_version(registered, champion.version).tags
     assert {k: v for k, v in tags.items() if k.startswith("eval")} == {"eval_run": "runs:/run-1"}
     metrics = client.get_logged_model(tracking.version_model_id(champion)).metrics  # metrics of the logged model
     assert {(m.key, m.value) for m in metrics} == {
         ("scifact.n", 3), ("scifact.accuracy", 0.5), ("scifact.macro_f1", 0.25)}  # None (eqs), nested: left out
-    challenger = client.get_model_version_by_alias(registered, "challenger")
+    challenger = client.get_model_version_by_alias(registered, "outcome_only")
     assert not [k for k in challenger.tags if k.startswith("eval")]
     assert not client.get_logged_model(tracking.version_model_id(challenger)).metrics
     assert "is not the model outcome_only ran" in caplog.text

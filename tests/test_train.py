@@ -501,10 +501,12 @@ def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
     assert run.info.run_name == "select eg_grpo" and run.data.tags["stage"] == "select"
     assert run.data.params == {"selected_step": "20"}
     assert run.data.metrics == {"selected_eval_reward": 0.5, "selected_step": 20.0}
-    assert client.get_registered_model("biocheck-test").description == "BioCheck agent policy (EG-GRPO)"
-    assert result["registered"] == {"name": "biocheck-test", "version": mv.version, "alias": "champion"}
-    select(cfg)  # a second selection is a new version, and takes the alias
-    assert str(MlflowClient(tracking_uri()).get_model_version_by_alias("biocheck-test", "champion").version) == "2"
+    assert client.get_registered_model("biocheck-test").description.startswith("The BioCheck agent: a claim in")
+    assert result["registered"] == {"name": "biocheck-test", "version": mv.version, "alias": "challenger", "promoted": True}
+    select(cfg)  # a second selection is a new version: the challenger; an equal reward keeps the champion
+    registry = MlflowClient(tracking_uri())
+    assert str(registry.get_model_version_by_alias("biocheck-test", "challenger").version) == "2"
+    assert str(registry.get_model_version_by_alias("biocheck-test", "champion").version) == "1"
 
 
 def test_a_checkpoint_name_with_more_dashes_is_read_by_its_last_number(tmp_path):

@@ -38,8 +38,8 @@ profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes), s
 evidence_app = typer.Typer(help="Evidence layer: the local search index and the evidence store.",
                            no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(data_app, name="data")
-model_app = typer.Typer(help="Models: build or fetch the base policy (models/base).", no_args_is_help=True,
-                        rich_markup_mode=None)
+model_app = typer.Typer(help="Models: build or fetch the base policy (models/base); promote a registered version.",
+                        no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(evidence_app, name="evidence")
 app.add_typer(model_app, name="model")
 judge_app = typer.Typer(help="The evidence judge R_evidence asks: train it on SciFact train, measure it on test.",
@@ -403,6 +403,32 @@ def model_init(
     _run(model_stage, params, base=base, out_dir=out_dir)  # logs what it built
 
 
+@model_app.command("promote")
+def model_promote(
+    which: Annotated[str, typer.Argument(help="The version to promote: a number or an alias.")] = "challenger",
+    name: Annotated[str | None, typer.Option(
+        help="The registered model [default: select.registered_model, biocheck-agent].")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Make a registered version the champion, whatever the validation rewards say.
+
+    `biocheck select` registers each selection as the `challenger` and moves `champion` only when the
+    challenger's validation reward beats the champion's. This command moves `champion` by hand (to
+    the challenger by default, or to a version number or another alias), and records it on the
+    version's tags (promoted, promotion). `biocheck check` and `mlflow models serve -m
+    models:/biocheck-agent@champion` then run that version.
+    """
+    from biocheck.params import raw_section
+    from biocheck.train.registry import promote
+    from biocheck.wiring import params_of
+
+    if name is None:
+        name = _run(raw_section, _run(params_of, params), "select").get("registered_model") or "biocheck-agent"
+    done = _run(promote, name, which)
+    was = f" (was v{done['previous']})" if done["previous"] else ""
+    err.print(f"{done['name']}: champion -> v{done['version']}{was}", markup=False, highlight=False)
+
+
 # --- judge -----------------------------------------------------------------------------------------
 
 @judge_app.command("train")
@@ -448,9 +474,9 @@ def check(
     ctx: typer.Context,
     claim: Annotated[str | None, typer.Argument(help="The claim to fact-check (or use --claims).")] = None,
     llm: Annotated[str | None, typer.Option(
-        help="Model spec: transformers:<id|path>, openai:<model>, vllm:<model>, scripted:<file> [default: the "
-             "selected checkpoint (select.out_dir) when there is one and agent.llm is the base model, else "
-             "agent.llm].")] = None,
+        help="Model spec: transformers:<id|path|models:/NAME@ALIAS>, openai:<model>, vllm:<model>, "
+             "scripted:<file> [default: when agent.llm is the base model, the selected checkpoint (select.out_dir) "
+             "if there is one, else the registry's champion if there is one, else agent.llm].")] = None,
     search_backend: Annotated[Literal[BACKENDS] | None, typer.Option(
         "--search", help="Search backend (see `biocheck search --help`) [default: search.backend].")] = None,
     max_searches: Annotated[int | None, typer.Option(help="Search budget [default: agent.max_searches].")] = None,
@@ -510,7 +536,15 @@ def check(
         _fail(f"--trace {trace}: is a folder; give a file name, e.g. --trace {trace / 'trace.json'}.", code=2)
     todo = _run(read_claims, claims) if claims is not None else None
     p = _run(params_of, params)
-    spec, source = choose_llm(llm, _run(raw_section, p, "agent").get("llm"), _run(select_config, p).out_dir)
+    select_cfg = _run(select_config, p)
+    spec, source = choose_llm(llm, _run(raw_section, p, "agent").get("llm"), select_cfg.out_dir)
+    if spec is None and source.startswith("agent.llm (no selected"):  # no local model: the registry's champion
+        from biocheck.train.registry import champion_version
+
+        version = champion_version(select_cfg.registered_model)
+        if version is not None:
+            spec = f"transformers:models:/{select_cfg.registered_model}@champion"
+            source = f"the registry's champion ({select_cfg.registered_model} version {version})"
     agent, agent_cfg, search_cfg = _run(make_agent, p, search={"backend": search_backend}, llm=spec,
                                         max_searches=max_searches, workers=workers)
     model = describe_model(agent.llm.spec, agent.llm_fingerprint)
@@ -742,9 +776,11 @@ def select_cmd(
 
     Reads models/checkpoints (train.out_dir), copies the winner to models/selected, writes the whole
     table to metrics/selection.json and the reward curve to metrics/reward_curve.csv, and registers
-    the model in the MLflow model registry (select.registered_model) with the alias `champion`.
+    the model in the MLflow model registry (select.registered_model) with its validation results and
+    the alias `challenger`; `champion` moves to it only when its validation reward beats the
+    champion's (the comparison is recorded on the version; `biocheck model promote` moves it by hand).
     `--variant outcome_only` selects the comparison model from models/checkpoints_outcome_only into
-    models/selected_outcome_only (alias `challenger`); the champion stays EG-GRPO's.
+    models/selected_outcome_only (alias `outcome_only`, never the challenger).
     """
     from biocheck.pipeline import select_config, select_stage
     from biocheck.wiring import params_of
@@ -1153,6 +1189,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "evidence stats": ("biocheck evidence stats",),
     "evidence refresh": ("biocheck evidence refresh --limit 100",),
     "model init": ("biocheck model init --base tiny --out-dir /tmp/base",),
+    "model promote": ("biocheck model promote                  # the challenger becomes the champion",
+                      "biocheck model promote 3 --name biocheck-agent"),
     "judge train": ("biocheck judge train --eqs",),
     "profile list": ("biocheck profile list",),
     "profile use": ("biocheck profile use smol",),

@@ -59,8 +59,8 @@ def train_config(params: dict[str, Any], **overrides: Any):
 
 def select_config(params: dict[str, Any], variant: str | None = None, **overrides: Any):
     """SelectConfig for a reward variant: the primary one (reward.variant) selects into select.out_dir and
-    moves the `champion` alias; another one (the outcome-only comparison) uses `_<variant>` paths and
-    `challenger`."""
+    registers the `challenger` (champion if it beats the champion); another one (the outcome-only comparison)
+    uses `_<variant>` paths and an alias of its own, the variant's name: never a challenger."""
     from biocheck.train.select import SelectConfig
 
     variant, suffix = variant_suffix(params, variant)
@@ -69,8 +69,15 @@ def select_config(params: dict[str, Any], variant: str | None = None, **override
     if suffix:
         for key in ("checkpoints", "out_dir", "metrics_path", "curve_path"):
             setattr(cfg, key, variant_path(getattr(cfg, key), suffix))
-        cfg.alias = "challenger"
+        cfg.alias = variant
     return cfg
+
+
+def serve_config(params: dict[str, Any]):
+    """What a registered agent runs with besides its weights: `agent:` and `search:` (wiring/served.py)."""
+    from biocheck.wiring.served import ServeConfig
+
+    return ServeConfig(agent=plain(agent_config(params)), search=plain(search_config(params)))
 
 
 def evaluate_config(params: dict[str, Any], **overrides: Any):
@@ -131,7 +138,7 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
     if name == "train":
         return training_inputs(train_setup(p, variant=variant or None))
     if name == "select":
-        return {"select": plain(select_config(p, variant=variant or None))}
+        return {"select": plain(select_config(p, variant=variant or None)), "serve": plain(serve_config(p))}
     if name == "audit":
         train_cfg, (reward_cfg, judge_cfg) = train_config(p), reward_config(p)
         # The samples run the start model at train.temperature, seeds audit.seed + k: of agent.llm only its kind.
@@ -293,7 +300,7 @@ def select_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, register:
     if register is not None:
         cfg.register = register
     with track:
-        return select(cfg, variant=variant_suffix(p, variant)[0])
+        return select(cfg, variant=variant_suffix(p, variant)[0], serve=serve_config(p))
 
 
 def refresh_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
@@ -349,6 +356,7 @@ def _check_model(system: str, spec: str) -> None:
 
 
 MODEL_ALIASES = {"champion": "eg_grpo", "challenger": "outcome_only", "base": "base"}  # alias -> whose model
+REGISTRY_ALIASES = {"champion": "champion", "challenger": "outcome_only"}  # alias -> its alias in the model registry
 
 
 def eval_model(params: dict[str, Any], model: str) -> str:
@@ -448,8 +456,9 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
     # `--model challenger` and `--model models:/<registered>@challenger` both ran the challenger
     ran = {system: alias for alias, system in MODEL_ALIASES.items()}
     ran["eg_grpo"] = "champion" if model is None else _model_alias(model, registered)
-    # the registered versions the evaluation's metrics may go onto: each system's own alias
-    aliases = {system: alias for system, alias in ran.items() if alias in MODEL_ALIASES and alias != "base"}
+    # the registered versions the evaluation's metrics may go onto: each system's registry alias (the outcome-only
+    # model, `challenger` here, is registered under `outcome_only`: the registry's challenger is EG-GRPO's newest)
+    aliases = {system: REGISTRY_ALIASES[alias] for system, alias in ran.items() if alias in REGISTRY_ALIASES}
     track = tracked(p, registered_model=registered, aliases=aliases, model_aliases=ran)
     setup = evaluate_setup(p, out=out, model=model, **overrides)
     scorer, about = eval_scorer(p, setup.cfg)
@@ -605,5 +614,5 @@ def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | 
 __all__ = ["DEFAULT_PARAMS", "EvalSetup", "MODEL_ALIASES", "audit_config", "audit_setup", "audit_stage",
            "eval_model", "eval_models", "eval_scorer", "evaluate_config", "evaluate_setup", "evaluate_shard",
            "evaluate_stage", "evidence_stage", "fetch_stage", "judge_stage", "model_stage", "orchestrate_config",
-           "prepare_stage", "refresh_stage", "select_config", "select_stage", "sft_stage", "stage_inputs", "train_config",
+           "prepare_stage", "refresh_stage", "select_config", "select_stage", "serve_config", "sft_stage", "stage_inputs", "train_config",
            "train_setup", "train_stage", "validate_stage"]

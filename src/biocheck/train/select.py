@@ -1,12 +1,11 @@
-"""`biocheck select`: pick the checkpoint with the best validation reward and make it the champion.
+"""`biocheck select`: pick the checkpoint with the best validation reward and register it as the challenger.
 
 Each checkpoint's validation reward is the `eval_reward` TRL logged at its step (save_steps is a
 multiple of eval_steps, so there is one); ties go to the earlier step. The selected weights are
 copied to `models/selected`, the whole table goes to `metrics/selection.json` (+ a CSV curve for DVC
-plots), and the model is logged as an MLflow model of the run `select <variant>` (train experiment; a copy
-of the files, docs/mlflow.md) and registered from there: a new version tagged with its validation reward,
-step, variant, model fingerprint and a link to that run, under the alias `champion` (the outcome-only
-comparison: `challenger`), loadable as `models:/biocheck-agent@champion`.
+plots), and the selection is registered (`train/registry.py`): a new version of `biocheck-agent` with its
+validation results, under the alias `challenger`; `champion` moves to it only when it beats the current
+champion's validation reward (the outcome-only comparison gets its own alias, `outcome_only`).
 
 Every finished checkpoint is checked before anything is selected or copied: its `trainer_state.json` must be
 a trainer state (a log history of steps) and its model files loadable (`biocheck.llm.load.check_model_dir`).
@@ -28,9 +27,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from biocheck.io import InputError, atomic_path, write_json_atomic
-from biocheck.llm.resolve import MODEL_DIR  # the model folder inside a logged model (`models:/` resolves to it)
 from biocheck.outputs import output_dir
 from biocheck.train.grpo import TRAINER_STATE, complete_checkpoints
+from biocheck.train.registry import log_model, register  # noqa: F401 (log_model: select's model logging, for callers)
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,10 @@ class SelectConfig:
     curve_path: Path = Path("metrics/reward_curve.csv")
     registered_model: str = "biocheck-agent"
     register: bool = True
-    alias: str = "champion"  # the registry alias this selection moves (the comparison variant: "challenger")
+    # the registry alias every new selection gets: challenger (the outcome-only comparison: outcome_only, never a
+    # challenger); champion follows a challenger only when it beats the champion's validation reward
+    alias: str = "challenger"
+    promote: bool = True  # false: champion moves only by `biocheck model promote`
 
     def __post_init__(self) -> None:
         for k in ("checkpoints", "out_dir", "metrics_path", "curve_path"):
@@ -149,8 +151,9 @@ def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return max(scored, key=lambda r: (r["eval_reward"], -r["step"]))  # ties: the earlier step
 
 
-def select(cfg: SelectConfig | None = None, variant: str = "eg_grpo") -> dict[str, Any]:
-    """Select, copy and write the metrics; register the selection (`variant`: the reward variant trained)."""
+def select(cfg: SelectConfig | None = None, variant: str = "eg_grpo", serve: Any = None) -> dict[str, Any]:
+    """Select, copy and write the metrics; register the selection (`variant`: the reward variant trained;
+    `serve`: the wiring.served.ServeConfig the registered agent runs with, None: the defaults)."""
     from biocheck.llm.load import weight_files
 
     cfg = cfg or SelectConfig()
@@ -176,111 +179,5 @@ def select(cfg: SelectConfig | None = None, variant: str = "eg_grpo") -> dict[st
                 values = {h["step"]: h[key] for h in history if h.get(key) is not None}
                 w.writerows([step, curve, values[step]] for step in sorted(values))
     if cfg.register:
-        result["registered"] = register(cfg, best, variant)
+        result["registered"] = register(cfg, best, variant, serve)
     return result
-
-
-def register(cfg: SelectConfig, best: dict[str, Any], variant: str = "eg_grpo") -> dict[str, Any] | None:
-    """Log models/selected as an MLflow model of the run `select <variant>` and register that logged model as a
-    new version of `cfg.registered_model` under `cfg.alias` (champion). The version holds a copy of the files:
-    the next selection overwrites models/selected, not what a version holds. None when tracking is off or fails
-    (the selection itself is written)."""
-    from biocheck import tracking
-    from biocheck.llm.load import model_fingerprint
-
-    if not tracking.enabled():
-        return None
-    fingerprint = model_fingerprint(cfg.out_dir)  # evaluate attaches metrics to this version only if it ran these
-    registered = None
-    with tracking.run(f"select@{variant}", run_name=f"select {variant}", params={"selected_step": best["step"]},
-                      tags={"variant": variant, "model_fingerprint": fingerprint}) as run:
-        if run is None:
-            return None
-        tracking.log_metrics({"selected_eval_reward": best["eval_reward"], "selected_step": best["step"]})
-        with tracking.guard("registering the selected model"):
-            import mlflow
-            from mlflow import MlflowClient
-
-            client = MlflowClient()
-            try:
-                client.get_registered_model(cfg.registered_model)
-            except mlflow.exceptions.MlflowException:
-                client.create_registered_model(cfg.registered_model, description="BioCheck agent policy (EG-GRPO)")
-            tags = {"validation_reward": str(best["eval_reward"]), "step": str(best["step"]), "variant": variant,
-                    "model_fingerprint": fingerprint}
-            logged = log_model(cfg.out_dir, run.info.run_id, tags=tags)
-            mv = client.create_model_version(cfg.registered_model, source=logged.model_uri, run_id=run.info.run_id,
-                                             tags={**tags, **tracking.run_link(run)}, model_id=logged.model_id)
-            client.set_registered_model_alias(cfg.registered_model, cfg.alias, mv.version)
-            registered = {"name": cfg.registered_model, "version": mv.version, "alias": cfg.alias}
-    return registered
-
-
-TOKENIZER_DIR = "components/tokenizer"  # the tokenizer's copy mlflow.transformers loads
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
-
-
-def log_model(folder: Path, run_id: str, name: str = "agent", tags: dict[str, str] | None = None) -> Any:
-    """Log the model folder as an MLflow model (MLflow 3 LoggedModel) of run `run_id`, its files copied as they
-    are into the model's artifacts under MODEL_DIR (nothing loaded: a 4B model costs a file copy), with a
-    signature (a claim in, a report out). A full causal LM with its tokenizer also gets the transformers
-    flavor, so that `mlflow.transformers.load_model("models:/...")` builds a text-generation pipeline; any
-    other folder (a LoRA adapter) is artifacts only, read by `biocheck check --llm models:/...`. Returns the
-    LoggedModel (its `model_uri` is `models:/m-...`)."""
-    import tempfile
-
-    import mlflow
-    from mlflow.entities import LoggedModelStatus
-
-    from biocheck import tracking
-    from biocheck.outputs import MARK_FILE
-
-    model = mlflow.initialize_logged_model(name=name, source_run_id=run_id, tags=tags)
-    try:
-        # Staged beside the model (same disk, not a possibly small /tmp).
-        with tempfile.TemporaryDirectory(prefix=".biocheck-model-", dir=Path(folder).resolve().parent) as tmp:
-            staged = Path(tmp)
-            files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.name != MARK_FILE)
-            (staged / MODEL_DIR).mkdir()
-            for file in files:  # as every MLflow artifact: the environment's secrets blanked
-                if not tracking.copy_redacted(file, staged / MODEL_DIR / file.name):
-                    raise tracking.Unavailable(f"{file} holds a secret from the environment and is not text: "
-                                               "the model is not logged without it")
-            _mlmodel(staged, run_id, model.model_id).save(str(staged / "MLmodel"))
-            mlflow.MlflowClient().log_model_artifacts(model.model_id, str(staged))
-    except BaseException:
-        mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
-        raise
-    return mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
-
-
-def _mlmodel(staged: Path, run_id: str, model_id: str) -> Any:
-    """The MLmodel file of a logged model: signature, and the transformers + pyfunc flavors for a causal LM
-    (written as mlflow.transformers.save_model writes them for a local checkpoint, whose own code cannot
-    read transformers 5's task registry; the tokenizer is copied to where that flavor loads it)."""
-    import mlflow
-    import transformers
-    from mlflow.models import Model, ModelSignature
-    from mlflow.types import ColSpec, Schema
-
-    signature = ModelSignature(inputs=Schema([ColSpec("string", "claim")]), outputs=Schema([ColSpec("string", "report")]))
-    mlmodel = Model(run_id=run_id, model_id=model_id, signature=signature)
-    folder = staged / MODEL_DIR
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = {}
-    tokenizer = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
-    if not isinstance(config, dict) or not config.get("architectures") or not tokenizer:
-        return mlmodel
-    (staged / TOKENIZER_DIR).mkdir(parents=True)
-    for file in tokenizer:
-        shutil.copy2(file, staged / TOKENIZER_DIR / file.name)
-    mlmodel.add_flavor("transformers", transformers_version=transformers.__version__, code=None,
-                       task="text-generation", instance_type="TextGenerationPipeline",
-                       pipeline_model_type="AutoModelForCausalLM", source_model_name=MODEL_DIR,
-                       model_binary=MODEL_DIR, torch_dtype=None, components=["tokenizer"],
-                       tokenizer_type="AutoTokenizer", tokenizer_name=MODEL_DIR)
-    mlflow.pyfunc.add_to_model(mlmodel, loader_module="mlflow.transformers")
-    return mlmodel
