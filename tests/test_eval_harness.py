@@ -328,6 +328,33 @@ def test_a_failing_extra_never_loses_predictions_or_metrics(search_cfg, tmp_path
     assert len(lines(predictions_path(cfg.out_dir, "eg_grpo", "scifact"))) == 2
 
 
+def test_a_failing_extra_leaves_no_output_of_the_previous_run_beside_new_metrics(search_cfg, tmp_path, monkeypatch,
+                                                                                recorded):
+    """DVC keeps the plain outputs while the stage runs (`persist`): plots or a gallery that fail to render
+    after new metrics were written must not stay behind from the previous run, read as current."""
+    cfg = eval_cfg(tmp_path, datasets=["scifact"])
+    a, _ = agent_system(search_cfg)
+    first = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(2)}, None, progress=False)
+    assert first["skipped"] == {} and (cfg.report_dir / "index.html").is_file()
+    assert all((cfg.plots_dir / name).is_file() for name in compare.PLOT_FILES)
+    (cfg.plots_dir / "mine.txt").write_text("not the stage's")
+
+    def broken(*a, **k):
+        raise RuntimeError("no browser here")
+
+    import biocheck.evaluate.gallery as gallery
+
+    monkeypatch.setattr(gallery, "write_gallery", broken)
+    monkeypatch.setattr(compare, "plot_data", broken)
+    a, _ = agent_system(search_cfg)
+    out = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(3)}, None, progress=False)
+    assert set(out["skipped"]) == {"plots", "gallery"}
+    assert json.loads(cfg.metrics_path.read_text())["eg_grpo"]["scifact"]["n"] == 3  # the new numbers
+    assert not cfg.report_dir.exists()
+    assert not any((cfg.plots_dir / name).exists() for name in compare.PLOT_FILES)
+    assert (cfg.plots_dir / "mine.txt").read_text() == "not the stage's"  # only the step's own files go
+
+
 def test_evaluate_closes_each_system_after_its_datasets(search_cfg, tmp_path, recorded):
     order = []
 
