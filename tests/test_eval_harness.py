@@ -298,6 +298,13 @@ def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(sea
     paired = json.loads(cfg.paired_path.read_text())
     assert set(paired) == {"scifact", "healthfc"} and set(paired["scifact"]) == {"pmsearch"}
     assert (tmp_path / "plots" / "scores.csv").exists() and out["skipped"] == {}
+    table = cfg.table_path.read_text().splitlines()  # the headline numbers as a terminal shows them
+    assert max(map(len, table)) <= 100 and len(table) == 2 + 2 * 2
+    cells = {tuple(c.strip() for c in line.strip("|").split("|"))[:2]: [c.strip() for c in line.strip("|").split("|")]
+             for line in table[2:]}
+    eg = cells[("eg_grpo", "scifact")]
+    assert eg[2] == "3" and eg[-1] == "0.750" and eg[3] == f"{metrics['eg_grpo']['scifact']['accuracy']:.3f}"
+    assert cells[("pmsearch", "healthfc")][-1] == "-"  # a label-only system has no EQS
     headline = json.loads((tmp_path / "headline" / "scifact" / "eg_grpo.json").read_text())  # DVC's metrics
     assert headline["eqs"] == 0.75 and headline["n"] == 3 and "ci" not in headline and "confusion" not in headline
     assert sorted(p.relative_to(tmp_path / "headline").as_posix() for p in (tmp_path / "headline").rglob("*.json")) \

@@ -2,7 +2,8 @@
 
 Order matters for what survives a failure: each (system, dataset) writes its predictions as soon as it is
 done; the metric files come next: every number (`metrics_path`, `paired_path`: plain outputs) and the
-headline numbers DVC shows (`headline_dir/<dataset>/<system>.json`, headline.headline_row); the plots, the
+headline numbers DVC shows (`headline_dir/<dataset>/<system>.json`, headline.headline_row) and as a table a
+terminal shows (`table_path`); the plots, the
 gallery and MLflow are optional extras, each guarded, so a missing browser library or a tracking server that
 is down never loses the predictions or the metrics. Every file is written atomically.
 
@@ -24,9 +25,9 @@ from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate import compare
 from biocheck.evaluate.config import REFERENCE, EvaluateConfig
 from biocheck.evaluate.harness import Scorer, load_episode, predictions_path, run_system
-from biocheck.evaluate.headline import headline_row
+from biocheck.evaluate.headline import headline_row, headline_table
 from biocheck.evaluate.systems.base import Prediction, System
-from biocheck.io import InputError, atomic_dir, write_json_atomic
+from biocheck.io import InputError, atomic_dir, write_json_atomic, write_text_atomic
 from biocheck.outputs import claim_dir
 from biocheck.secrets import redact
 
@@ -68,6 +69,7 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
                for s in systems}
     write_json_atomic(cfg.metrics_path, metrics)
     write_headline(metrics, cfg.headline_dir)
+    write_text_atomic(cfg.table_path, headline_table(metrics))
     paired = {}
     if REFERENCE in systems and len(systems) > 1:
         paired = {d: compare.paired_tests({s: preds[(s, d)] for s in systems}, REFERENCE, cfg.bootstrap, cfg.seed)
