@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,9 +29,11 @@ def workdir(tmp_path, monkeypatch) -> Path:
 
 
 def one_error_line(r, *needles: str) -> str:
-    """The run failed cleanly: exit != 0, no exception escaped, one `error:` line holding every needle."""
+    """The run failed cleanly: exit != 0, no exception escaped, one `error:` line on stderr holding every needle
+    (stdout stays for results: a pipe reading it never gets an error as data)."""
     assert r.exit_code != 0, r.output
     assert isinstance(r.exception, SystemExit), repr(r.exception)  # anything else would be a traceback
+    assert r.stdout.strip() == "", f"on stdout: {r.stdout}"
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), r.output
     for needle in needles:
@@ -197,3 +202,29 @@ def test_other_errors_are_not_taken_for_a_full_disk():
     except RuntimeError as wrapped:
         assert disk_full(wrapped)  # through the chain of causes
     assert not disk_full(OSError(13, "Permission denied"))
+
+
+LIBRARY_BAR = """
+import sys
+if sys.argv[1] == "cli":
+    from biocheck.cli import app
+    try:
+        app(["version"])
+    except SystemExit:
+        pass
+from tqdm import tqdm  # a library's bar, as transformers or the hub draw one, imported after the command began
+for _ in tqdm(range(3), desc="library bar"):
+    pass
+"""
+
+
+@pytest.mark.parametrize("cli", [True, False], ids=["after-biocheck", "without-biocheck"])
+def test_no_library_progress_bar_when_stderr_is_not_a_terminal(cli):
+    """tqdm's and the hub's bars (a download, transformers' loading bar) read their switches when imported:
+    any biocheck command sets them first when stderr is not a terminal (a log, CI, DVC's output)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO)])
+    p = subprocess.run([sys.executable, "-c", LIBRARY_BAR, "cli" if cli else "plain"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert ("library bar" in p.stderr) is not cli, p.stderr  # without biocheck: the bar is there (the check works)

@@ -171,6 +171,15 @@ def test_the_committed_metrics_fit_in_40_columns():
     assert wide == {}, f"metrics files wider than {MAX_HEADLINE_KEYS} columns (rerun `make quickstart`): {wide}"
 
 
+def test_metrics_show_warns_about_nothing_after_a_quickstart():
+    """The committed results are a quickstart's: no study ran, and no declared metrics file is missing (DVC would
+    print "failed to load some metrics" above the table)."""
+    assert not (REPO / "metrics" / "study.json").exists(), "a study's metrics are committed: this check needs none"
+    r = subprocess.run([DVC, "metrics", "show"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
+    assert "failed to load" not in (r.stdout + r.stderr).lower(), r.stdout[:300] + r.stderr
+
+
 def test_no_stale_file_in_metrics():
     """Every committed file under metrics/ is an output of a stage: an old file a stage no longer writes (say
     metrics/eval.json) would be read as current by whoever opens it."""

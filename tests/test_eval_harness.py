@@ -298,6 +298,13 @@ def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(sea
     paired = json.loads(cfg.paired_path.read_text())
     assert set(paired) == {"scifact", "healthfc"} and set(paired["scifact"]) == {"pmsearch"}
     assert (tmp_path / "plots" / "scores.csv").exists() and out["skipped"] == {}
+    table = cfg.table_path.read_text().splitlines()  # the headline numbers as a terminal shows them
+    assert max(map(len, table)) <= 100 and len(table) == 2 + 2 * 2
+    cells = {tuple(c.strip() for c in line.strip("|").split("|"))[:2]: [c.strip() for c in line.strip("|").split("|")]
+             for line in table[2:]}
+    eg = cells[("eg_grpo", "scifact")]
+    assert eg[2] == "3" and eg[-1] == "0.750" and eg[3] == f"{metrics['eg_grpo']['scifact']['accuracy']:.3f}"
+    assert cells[("pmsearch", "healthfc")][-1] == "-"  # a label-only system has no EQS
     headline = json.loads((tmp_path / "headline" / "scifact" / "eg_grpo.json").read_text())  # DVC's metrics
     assert headline["eqs"] == 0.75 and headline["n"] == 3 and "ci" not in headline and "confusion" not in headline
     assert sorted(p.relative_to(tmp_path / "headline").as_posix() for p in (tmp_path / "headline").rglob("*.json")) \
@@ -326,6 +333,33 @@ def test_a_failing_extra_never_loses_predictions_or_metrics(search_cfg, tmp_path
     assert out["gallery"] is None and json.loads(cfg.paired_path.read_text()) == {}
     assert json.loads(cfg.metrics_path.read_text())["eg_grpo"]["scifact"]["n"] == 2
     assert len(lines(predictions_path(cfg.out_dir, "eg_grpo", "scifact"))) == 2
+
+
+def test_a_failing_extra_leaves_no_output_of_the_previous_run_beside_new_metrics(search_cfg, tmp_path, monkeypatch,
+                                                                                recorded):
+    """DVC keeps the plain outputs while the stage runs (`persist`): plots or a gallery that fail to render
+    after new metrics were written must not stay behind from the previous run, read as current."""
+    cfg = eval_cfg(tmp_path, datasets=["scifact"])
+    a, _ = agent_system(search_cfg)
+    first = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(2)}, None, progress=False)
+    assert first["skipped"] == {} and (cfg.report_dir / "index.html").is_file()
+    assert all((cfg.plots_dir / name).is_file() for name in compare.PLOT_FILES)
+    (cfg.plots_dir / "mine.txt").write_text("not the stage's")
+
+    def broken(*a, **k):
+        raise RuntimeError("no browser here")
+
+    import biocheck.evaluate.gallery as gallery
+
+    monkeypatch.setattr(gallery, "write_gallery", broken)
+    monkeypatch.setattr(compare, "plot_data", broken)
+    a, _ = agent_system(search_cfg)
+    out = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(3)}, None, progress=False)
+    assert set(out["skipped"]) == {"plots", "gallery"}
+    assert json.loads(cfg.metrics_path.read_text())["eg_grpo"]["scifact"]["n"] == 3  # the new numbers
+    assert not cfg.report_dir.exists()
+    assert not any((cfg.plots_dir / name).exists() for name in compare.PLOT_FILES)
+    assert (cfg.plots_dir / "mine.txt").read_text() == "not the stage's"  # only the step's own files go
 
 
 def test_evaluate_closes_each_system_after_its_datasets(search_cfg, tmp_path, recorded):

@@ -146,6 +146,9 @@ def main(
     # Whichever handlers are live (ours, or a host's when embedded), no log line may carry a secret.
     redact_logs([handler, *logging.getLogger().handlers])
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    if not sys.stderr.isatty():  # a library's progress bar (tqdm's, the hub's) is for a terminal, not a log or CI
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from biocheck.tracking import quiet_artifact_progress
 
     quiet_artifact_progress()
@@ -461,7 +464,8 @@ def judge_train(
     """
     from biocheck.pipeline import judge_stage
 
-    stats = _run(judge_stage, params, eqs=eqs, base=base, out_dir=out_dir, zero_shot=zero_shot, progress=progress)
+    stats = _run(judge_stage, params, eqs=eqs, base=base, out_dir=out_dir, zero_shot=zero_shot,
+                 progress=progress and sys.stderr.isatty())
     t = stats["test"]
     _echo(f"judge: test accuracy {t['accuracy']:.3f}, macro-F1 {t['macro_f1']:.3f} "
                f"(majority {t['majority_accuracy']:.3f}, n={t['n']}), s > threshold on {t['above_threshold']:.0%}")

@@ -262,6 +262,7 @@ PLOTTED = ("accuracy", "macro_f1")  # the bar charts of scores.csv (dvc.yaml's p
 # Whose confusion matrices confusion.csv holds: the project's model and the standard-GRPO comparison (the
 # baselines' matrices differ little at a glance; every system's counts are in the metrics' `confusion`).
 CONFUSION_SYSTEMS = (REFERENCE, "outcome_only")
+PLOT_FILES = ("confusion.csv", "scores.csv")  # what plot_data writes into its folder (dvc.yaml's plots read them)
 
 
 def plot_data(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], out_dir: Path) -> list[Path]:
@@ -280,8 +281,9 @@ def plot_data(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]], out_dir: P
     scores = [[f"{system} / {dataset}", system, dataset,
                *(m[s] if x == "" else m["ci"][s][x[1:]] for s in PLOTTED for x in parts)] for system, dataset, m in rows]
     header = ["name", "system", "dataset", *(f"{s}{x}" for s in PLOTTED for x in parts)]
-    return [write_plot_csv(out_dir / "confusion.csv", ["system", "dataset", "actual", "predicted"], lines),
-            write_plot_csv(out_dir / "scores.csv", header, scores)]
+    confusion, bars = PLOT_FILES
+    return [write_plot_csv(out_dir / confusion, ["system", "dataset", "actual", "predicted"], lines),
+            write_plot_csv(out_dir / bars, header, scores)]
 
 
 def write_plot_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:

@@ -49,6 +49,11 @@ class EvaluateConfig:
     cer: dict[str, Any] = field(default_factory=dict)  # CERConfig fields (retrieve, sentences, ranker, ...)
     fire: dict[str, Any] = field(default_factory=dict)  # FIREConfig fields (max_steps, similarity, max_retries, ...)
 
+    @property
+    def table_path(self) -> Path:
+        """The headline numbers as a table a terminal shows (headline.headline_table), beside metrics_path."""
+        return self.metrics_path.with_name("eval_headline.md")
+
     def model_of(self, baseline: str) -> str:
         """base or sft: the model `baseline` runs (a baseline the mapping leaves out runs the base model)."""
         if isinstance(self.baseline_model, dict):

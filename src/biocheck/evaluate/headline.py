@@ -45,6 +45,29 @@ def headline_row(m: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The columns of the terminal table (headline_table): the few numbers a reader compares first.
+TABLE_COLUMNS = ("accuracy", "macro_f1", "citing_rate", "ehr", "eqs")
+
+
+def headline_table(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """{system: {dataset: row}} -> a Markdown table narrow enough for a terminal (`cat`), one line per system
+    and dataset: n and the TABLE_COLUMNS numbers ("-" where one does not apply). `dvc metrics show` prints
+    every key of every metrics file side by side; the intervals and the rest stay in the JSON and the plots."""
+    names = {key: label for key, label, _ in COLUMNS}
+    header = ["system", "dataset", "n", *(names[k].split(" (")[0] for k in TABLE_COLUMNS)]
+    rows = [[str(system), str(dataset), str(m.get("n", "-")),
+             *("-" if (v := _num(m.get(k))) is None else f"{v:.3f}" for k in TABLE_COLUMNS)]
+            for system, by_dataset in metrics.items() for dataset, m in by_dataset.items()]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        padded = (c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join("-" * (w + 1) + (":" if i >= 2 else "-") for i, w in enumerate(widths)) + "|"
+    return "\n".join([line(header), rule, *map(line, rows)]) + "\n"
+
+
 SIGNIFICANT = 0.05  # outputs mark a paired test's p below this
 
 

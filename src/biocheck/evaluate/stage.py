@@ -2,14 +2,22 @@
 
 Order matters for what survives a failure: each (system, dataset) writes its predictions as soon as it is
 done; the metric files come next: every number (`metrics_path`, `paired_path`: plain outputs) and the
-headline numbers DVC shows (`headline_dir/<dataset>/<system>.json`, headline.headline_row); the plots, the
+headline numbers DVC shows (`headline_dir/<dataset>/<system>.json`, headline.headline_row) and as a table a
+terminal shows (`table_path`); the plots, the
 gallery and MLflow are optional extras, each guarded, so a missing browser library or a tracking server that
 is down never loses the predictions or the metrics. Every file is written atomically.
+
+Nothing is removed before the new results exist: DVC keeps these plain outputs while the stage runs
+(`persist` in dvc.yaml), so a run that fails (a typo in evaluate.systems, a crash) leaves the previous ones.
+An extra that fails after new metrics were written is removed instead: plots or a gallery of the previous
+run beside new numbers would be read as current.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +25,9 @@ from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate import compare
 from biocheck.evaluate.config import REFERENCE, EvaluateConfig
 from biocheck.evaluate.harness import Scorer, load_episode, predictions_path, run_system
-from biocheck.evaluate.headline import headline_row
+from biocheck.evaluate.headline import headline_row, headline_table
 from biocheck.evaluate.systems.base import Prediction, System
-from biocheck.io import InputError, atomic_dir, write_json_atomic
+from biocheck.io import InputError, atomic_dir, write_json_atomic, write_text_atomic
 from biocheck.outputs import claim_dir
 from biocheck.secrets import redact
 
@@ -61,6 +69,7 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
                for s in systems}
     write_json_atomic(cfg.metrics_path, metrics)
     write_headline(metrics, cfg.headline_dir)
+    write_text_atomic(cfg.table_path, headline_table(metrics))
     paired = {}
     if REFERENCE in systems and len(systems) > 1:
         paired = {d: compare.paired_tests({s: preds[(s, d)] for s in systems}, REFERENCE, cfg.bootstrap, cfg.seed)
@@ -68,8 +77,9 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
     write_json_atomic(cfg.paired_path, paired)
 
     skipped: dict[str, str] = {}
-    _optional("plots", skipped, compare.plot_data, metrics, cfg.plots_dir)
-    gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired, profile)
+    _optional("plots", skipped, compare.plot_data, metrics, cfg.plots_dir,
+              stale=[cfg.plots_dir / name for name in compare.PLOT_FILES])
+    gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired, profile, stale=[cfg.report_dir])
     by_system = {s: {d: preds[(s, d)] for d in datasets} for s in systems}
     _optional("mlflow", skipped, compare.log_mlflow, metrics, paired, by_system, cfg, profile or "",
               system_tags=tags, gallery=cfg.report_dir if gallery else None, reference=REFERENCE)
@@ -106,14 +116,20 @@ def _claim_headline(dest: Path) -> None:
                          "one away yourself.")
 
 
-def _optional(step: str, skipped: dict[str, str], fn, *args: Any, **kwargs: Any) -> Any:
-    """Run an optional step; a failure is logged and recorded, never raised (the predictions are safe)."""
+def _optional(step: str, skipped: dict[str, str], fn, *args: Any, stale: Sequence[Path] = (), **kwargs: Any) -> Any:
+    """Run an optional step; a failure is logged and recorded, never raised (the predictions are safe), and
+    `stale`, the step's files of a previous run (a folder: the gallery, claimed as this stage's), removed."""
     try:
         return fn(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 (any failure of an extra must not undo the evaluation)
         why = redact(f"{type(e).__name__}: {e}").splitlines()[0][:300]
         log.warning("evaluate: %s skipped (%s)", step, why)
         skipped[step] = why
+        for path in map(Path, stale):
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
         return None
 
 
