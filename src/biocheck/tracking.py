@@ -52,6 +52,9 @@ STAGES = {"prepare": "data", "validate": "data", "evidence": "data", "evidence-r
 PIPELINE_ENV = "BIOCHECK_PIPELINE_ID"  # set by the Prefect pipeline flow; else the ancestor `dvc` process
 PARENT_NAME_ENV = "BIOCHECK_PIPELINE_NAME"  # the parent run's name (a study: `study <name>`)
 RUN_TAGS_ENV = "BIOCHECK_RUN_TAGS"  # JSON tags every run carries (a study unit: study, variant, seed)
+FLOW_RUN_ENV = "BIOCHECK_PREFECT_FLOW_RUN"  # the Prefect flow run a run belongs to (tag `prefect_flow_run`)
+UI_URL_ENV = "BIOCHECK_MLFLOW_UI"  # where `mlflow ui` serves a SQLite store, for links (default DEFAULT_UI)
+DEFAULT_UI = "http://127.0.0.1:5000"
 PROBE_TIMEOUT_S = 5  # one short look at an HTTP tracking server before any MLflow call
 # MLflow's own HTTP retries would take minutes against a server that is down mid-run (a user's setting wins).
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
@@ -383,6 +386,13 @@ def in_pipeline(value: str | None, name: str | None = None, tags: Mapping[str, A
         return
     values = {PIPELINE_ENV: value, PARENT_NAME_ENV: name,
               RUN_TAGS_ENV: json.dumps({k: str(v) for k, v in tags.items()}) if tags else None}
+    with _environ(values):
+        yield
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str | None]) -> Iterator[None]:
+    """These environment variables (None: unset) inside, the old values after."""
     old = {k: os.environ.get(k) for k in values}
     for k, v in values.items():
         if v is None:
@@ -397,6 +407,53 @@ def in_pipeline(value: str | None, name: str | None = None, tags: Mapping[str, A
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def in_flow_run(flow_run_id: str | None) -> Iterator[None]:
+    """Tag every run started inside (and in the DVC stages and Dask workers started inside: the environment)
+    with `prefect_flow_run` = `flow_run_id`, so the flow run can link to its MLflow runs (flow_run_links).
+    None: as it is."""
+    if not flow_run_id:
+        yield
+        return
+    with _environ({FLOW_RUN_ENV: str(flow_run_id)}):
+        yield
+
+
+def ui_url(experiment_id: str, run_id: str) -> str:
+    """The run's page in the MLflow UI: on the tracking server when the URI is one, else where `mlflow ui`
+    serves the SQLite store by default ($BIOCHECK_MLFLOW_UI to say another address)."""
+    uri = tracking_uri()
+    base = uri if uri.lower().startswith(("http://", "https://")) else os.environ.get(UI_URL_ENV) or DEFAULT_UI
+    parts = urllib.parse.urlsplit(base.rstrip("/"))
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host  # never a user or password in a link
+    return redact(f"{parts.scheme}://{netloc}{parts.path}/#/experiments/{experiment_id}/runs/{run_id}")
+
+
+def flow_run_links(flow_run_id: str) -> list[dict[str, str]]:
+    """The MLflow runs a Prefect flow run logged (tag `prefect_flow_run`), the top ones only (a run whose
+    parent is also listed is left out): [{experiment, name, run_uri, url}], oldest first. Empty when tracking
+    is off or the store cannot be read (never raises: a link is not worth failing a flow for)."""
+    if not enabled() or _unusable(tracking_uri()):
+        return []
+    try:
+        import mlflow
+
+        mlflow.set_tracking_uri(tracking_uri())
+        client = mlflow.MlflowClient()
+        names = {e.experiment_id: e.name for e in client.search_experiments()}
+        value = str(flow_run_id).replace("'", "")
+        runs = client.search_runs(list(names), filter_string=f"tags.prefect_flow_run = '{value}'",
+                                  order_by=["attributes.start_time ASC"], max_results=500)
+    except Exception as e:  # noqa: BLE001
+        log.warning("MLflow runs of flow run %s not found: %s", flow_run_id, redact(str(e)))
+        return []
+    ids = {r.info.run_id for r in runs}
+    return [{"experiment": names.get(r.info.experiment_id, r.info.experiment_id), "name": r.info.run_name or "",
+             "run_uri": f"runs:/{r.info.run_id}", "url": ui_url(r.info.experiment_id, r.info.run_id)}
+            for r in runs if r.data.tags.get("mlflow.parentRunId") not in ids]
 
 
 def _env_tags() -> dict[str, str]:
@@ -483,6 +540,9 @@ def common_tags(stage: str) -> dict[str, str]:
             **git_state(repo_root())}
     if _context.profile:
         tags["profile"] = str(_context.profile)
+    flow_run = os.environ.get(FLOW_RUN_ENV, "").strip()
+    if flow_run:
+        tags["prefect_flow_run"] = flow_run
     return {**tags, **_env_tags()}
 
 
@@ -591,7 +651,7 @@ def _pipeline_parent(exp_id: str, pid: str, tags: Mapping[str, str]) -> str:
         earlier = parents(other) if other else []  # the same pipeline's parent elsewhere: the same name
         name = (earlier[0].info.run_name if earlier else os.environ.get(PARENT_NAME_ENV)
                 or f"pipeline {datetime.datetime.now():%Y-%m-%d %H:%M}")
-        keep = ("profile", "git_commit", "git_dirty", "study")
+        keep = ("profile", "git_commit", "git_dirty", "study", "prefect_flow_run")
         mine = client.create_run(exp_id, run_name=name, tags={
             **{k: redact(tags[k]) for k in keep if k in tags}, "pipeline_id": pid, "kind": "pipeline"})
         found = parents([exp_id])
