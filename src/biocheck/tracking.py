@@ -228,7 +228,9 @@ def guard(what: str) -> Iterator[None]:
 
 # --- where artifacts go -----------------------------------------------------------------------------
 
-ARTIFACT_SCHEME = "biocheck-artifacts"  # `biocheck-artifacts:/mlartifacts/...`: next to the SQLite database
+# `biocheck-artifacts:/mlartifacts/...`: the artifact locations of experiments an older BioCheck created, still
+# read here and through the package's entry point; new experiments get plain file locations (_experiment_id).
+ARTIFACT_SCHEME = "biocheck-artifacts"
 ARTIFACT_DIR = "mlartifacts"  # beside mlflow.db (gitignored), where `mlflow server` keeps its own artifacts
 SERVER_STORE_ENV = "_MLFLOW_SERVER_FILE_STORE"  # the backend store of a running `mlflow server` / `mlflow ui`
 
@@ -243,35 +245,59 @@ def store_folder(uri: str | None = None) -> Path | None:
 
 
 def use_project_artifacts() -> None:
-    """Let MLflow read and write `biocheck-artifacts:` locations in this process (the package's entry point
-    does the same for `mlflow ui` and any other MLflow process of this environment)."""
+    """Let MLflow read and write `biocheck-artifacts:` locations (experiments an older BioCheck created) in this
+    process (the package's entry point does the same for `mlflow ui` and any other MLflow process of this
+    environment)."""
     from mlflow.store.artifact.artifact_repository_registry import _artifact_repository_registry
 
     _artifact_repository_registry.register(ARTIFACT_SCHEME, __getattr__("ProjectArtifactRepository"))
 
 
-def _experiment_id(name: str) -> str:
-    """The id of experiment `name`, created when missing: with a SQLite store, its artifact location is
-    `biocheck-artifacts:/mlartifacts/<name>`, a path relative to the database's folder (MLflow itself would
-    record an absolute path: a moved or re-cloned project would look for its artifacts in the old place)."""
+def _experiment_id(name: str, purpose: str | None = None) -> str:
+    """The id of experiment `name`, created when missing with its description (DESCRIPTIONS[purpose], the
+    `mlflow.note.content` tag the UI shows) and, with a SQLite store, the artifact location
+    `file:///<the database's folder>/mlartifacts/<name>`: a plain local folder that any MLflow reads (where
+    `mlflow server` keeps its own, `./mlartifacts`), not MLflow's default `./mlruns` of the working directory."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
     client = mlflow.MlflowClient()
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    location = None
-    if store_folder() is not None:
-        folder = re.sub(r"[^\w.-]", "_", name)
-        location = f"{ARTIFACT_SCHEME}:/{ARTIFACT_DIR}/{folder}"
-    try:
-        return client.create_experiment(name, artifact_location=location)
-    except MlflowException:  # another stage created it meanwhile
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+    if found is None:
+        location = None
+        db_folder = store_folder()
+        if db_folder is not None:
+            location = (db_folder / ARTIFACT_DIR / re.sub(r"[^\w.-]", "_", name)).as_uri()
+        try:
+            found = client.get_experiment(client.create_experiment(name, artifact_location=location))
+        except MlflowException:  # another stage created it meanwhile
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    if found.artifact_location.startswith(f"{ARTIFACT_SCHEME}:") and name not in _warned_legacy:
+        _warned_legacy.add(name)
+        log.warning("MLflow experiment %s keeps its artifacts at %s, a location only BioCheck reads (made by an "
+                    "older BioCheck): MLflow without BioCheck cannot download them. To start afresh, move mlflow.db "
+                    "and mlartifacts/ away.", name, found.artifact_location)
+    note = DESCRIPTIONS.get(purpose or "")
+    if note and found.tags.get(NOTE_TAG) != note:
+        client.set_experiment_tag(found.experiment_id, NOTE_TAG, note)
+    return found.experiment_id
+
+
+_warned_legacy: set[str] = set()
+NOTE_TAG = "mlflow.note.content"  # the experiment's description in the MLflow UI
+DESCRIPTIONS = {
+    "data": "BioCheck's data stages: prepare, validate, evidence (the search index), evidence refresh, model "
+            "init. One run per stage; a `dvc repro` or a Prefect pipeline run nests them under `pipeline <date>`.",
+    "train": "BioCheck's training: the judges, the warm start, the reward audit, `train <variant> seed=<n>` "
+             "(GRPO curves: rewards/* and eval_rewards/*) and `select <variant>` (the checkpoint registered as "
+             "biocheck-agent).",
+    "eval": "BioCheck's evaluations: each `evaluate` run (config, gallery) with one child run "
+            "`eval <system> <dataset>` per system and dataset (accuracy, macro_f1, eqs, ehr, ... with their n); "
+            "`check` runs; agent episodes in the Traces tab. Filter: params.system = 'eg_grpo' and "
+            "params.model_alias = 'champion'.",
+}
 
 
 def _project_artifacts_class() -> type:
@@ -456,6 +482,11 @@ def flow_run_links(flow_run_id: str) -> list[dict[str, str]]:
             for r in runs if r.data.tags.get("mlflow.parentRunId") not in ids]
 
 
+def in_study() -> bool:
+    """This process runs a study unit (its runs carry the tag `study`)."""
+    return "study" in _env_tags()
+
+
 def _env_tags() -> dict[str, str]:
     """The tags `in_pipeline` asked every run to carry ($BIOCHECK_RUN_TAGS; unreadable: none)."""
     try:
@@ -565,7 +596,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str,
 
 
 def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any] | None, run_name: str | None,
-           parent: str | None) -> tuple[Any, str | None]:
+           parent: str | None, pipeline_parent_run: bool = True,
+           start_time: int | None = None) -> tuple[Any, str | None]:
     """(the active run, the pipeline parent's id when this run nests under one)."""
     uri = tracking_uri()
     why = _unusable(uri)
@@ -578,17 +610,22 @@ def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any]
 
     mlflow.set_tracking_uri(uri)
     use_project_artifacts()
-    exp_id = mlflow.set_experiment(experiment_id=_experiment_id(experiment(stage))).experiment_id
+    exp_id = mlflow.set_experiment(experiment_id=_experiment_id(experiment(stage),
+                                                                   STAGES[stage.split('@')[0]])).experiment_id
     all_tags = {**common_tags(stage), **{k: str(v) for k, v in (tags or {}).items() if v is not None}}
     pipeline_parent, pid = None, pipeline_id()
     if pid is not None:
         all_tags["pipeline_id"] = pid
-        if parent is None:
+        if parent is None and pipeline_parent_run:
             parent = pipeline_parent = _pipeline_parent(exp_id, pid, all_tags)
     if parent is not None:
         all_tags["mlflow.parentRunId"] = parent
-    active = mlflow.start_run(experiment_id=exp_id, run_name=redact(run_name or stage),
-                              tags={k: redact(v) for k, v in all_tags.items()})
+    name, clean = redact(run_name or stage), {k: redact(v) for k, v in all_tags.items()}
+    if start_time is None:
+        active = mlflow.start_run(experiment_id=exp_id, run_name=name, tags=clean)
+    else:  # work that began before the run is logged: the run starts when the work did
+        created = mlflow.MlflowClient().create_run(exp_id, start_time=start_time, tags=clean, run_name=name)
+        active = mlflow.start_run(run_id=created.info.run_id)
     try:
         if params:  # redact before the cut: half a key would no longer match
             mlflow.log_params({_mlflow_key(k): redact(v)[:500] for k, v in flatten(params).items()})
@@ -600,11 +637,14 @@ def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any]
 
 @contextlib.contextmanager
 def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None,
-        run_name: str | None = None, parent: str | None = None) -> Iterator[Any]:
+        run_name: str | None = None, parent: str | None = None, nest_in_pipeline: bool = True,
+        start_time: int | None = None, end_time: int | None = None) -> Iterator[Any]:
     """An MLflow run of `stage` (a DVC stage name such as `train@eg_grpo`, or `check`) in its purpose's
     experiment, named `run_name` (default: the stage), with the common tags plus `tags`. It nests under
-    `parent` (a run id), else under this pipeline's parent run when the stage runs in one. Yields the run,
-    or None when tracking is off or fails (then one warning line; the body runs either way)."""
+    `parent` (a run id), else under this pipeline's parent run when the stage runs in one (unless
+    `nest_in_pipeline` is False: then it only carries the pipeline's tag). `start_time`/`end_time` (ms since
+    the epoch): when the work it records began and ended, for a run logged after its work (default: now).
+    Yields the run, or None when tracking is off or fails (then one warning line; the body runs either way)."""
     experiment(stage)  # an unknown stage is a bug to fix, not a tracking failure to warn about
     if not enabled():
         yield None
@@ -612,7 +652,7 @@ def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline machines: no phone-home attempts
     active = pipeline_parent = None
     try:
-        active, pipeline_parent = _start(stage, params, tags, run_name, parent)
+        active, pipeline_parent = _start(stage, params, tags, run_name, parent, nest_in_pipeline, start_time)
     except Exception as e:  # noqa: BLE001 (a tracking failure must never cost the stage's results)
         _give_up(f"starting the {stage} run", e)
     status = "FINISHED"
@@ -627,6 +667,8 @@ def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, 
                 import mlflow
 
                 mlflow.end_run(status)
+                if end_time is not None:
+                    mlflow.MlflowClient().set_terminated(active.info.run_id, status, end_time=end_time)
                 if pipeline_parent is not None:  # the pipeline's run ends with its latest stage, as it ended
                     mlflow.MlflowClient().set_terminated(pipeline_parent, status)
 

@@ -10,6 +10,7 @@ is down never loses the predictions or the metrics. Every file is written atomic
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,15 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
 
     preds: dict[tuple[str, str], list[Prediction]] = {}
     tags: dict[str, dict[str, str]] = {}
+    # when each part ran (ms since the epoch): the MLflow runs, logged at the end, start and end with their work
+    times: dict[Any, tuple[int, int]] = {"evaluate": (_ms(), 0)}
     for name, system in systems.items():
         try:
             for d in datasets:
+                began = _ms()
                 preds[(name, d)] = run_system(system, subsets[d], d, cfg.out_dir, workers=cfg.workers,
                                               progress=progress, scorer=scorer)
+                times[(name, d)] = (began, _ms())
             tags[name] = _tags(system, preds[(name, datasets[0])], cfg.out_dir)
         finally:
             close = getattr(system, "close", None)
@@ -71,11 +76,16 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
     _optional("plots", skipped, compare.plot_data, metrics, cfg.plots_dir)
     gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired, profile)
     by_system = {s: {d: preds[(s, d)] for d in datasets} for s in systems}
-    _optional("mlflow", skipped, compare.log_mlflow, metrics, paired, by_system, cfg, profile or "",
-              system_tags=tags, gallery=cfg.report_dir if gallery else None, reference=REFERENCE)
+    runs = _optional("mlflow", skipped, compare.log_mlflow, metrics, paired, by_system, cfg, profile or "",
+                     system_tags=tags, gallery=cfg.report_dir if gallery else None, reference=REFERENCE, times=times)
     return {"metrics": metrics, "paired": paired, "gallery": gallery, "skipped": skipped,
+            "mlflow_run": runs[0] if runs else None,
             "predictions": {s: {d: predictions_path(cfg.out_dir, s, d).as_posix() for d in datasets}
                             for s in systems}}
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
 
 
 def write_headline(metrics: dict[str, dict[str, Any]], dest: Path) -> list[Path]:
