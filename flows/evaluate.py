@@ -21,11 +21,21 @@ import time
 from pathlib import Path
 
 from prefect import flow, task, unmapped
+from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 
+from biocheck import tracking
 from biocheck.evaluate.shards import Shard, plan
 from biocheck.io import InputError
 from biocheck.orchestration import entry
+from biocheck.orchestration.artifacts import (
+    METRICS_DESCRIPTION,
+    METRICS_KEY,
+    metric_rows,
+    publish_summary,
+    scores_lines,
+)
 from biocheck.orchestration.dask import task_runner
 from biocheck.pipeline import MODEL_ALIASES, evaluate_setup, evaluate_shard, evaluate_stage, orchestrate_config
 from biocheck.wiring import params_of
@@ -72,7 +82,8 @@ def evaluate_flow(params: str = "params.yaml", systems: list[str] | None = None,
     with `model` (champion, challenger, base, a model folder or a spec; default champion), the first `limit`
     claims of each, every output under `out` (default: the DVC paths). Returns the metrics path and each
     system's accuracy and macro-F1 per dataset."""
-    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+    # secrets blanked in this run's log lines and in any error leaving it; its MLflow runs tagged with this run
+    with entry.redacted(), tracking.in_flow_run(flow_run.id):
         overrides = {k: v for k, v in (("systems", systems), ("datasets", datasets), ("limit", limit)) if v is not None}
         t0 = time.perf_counter()
         planned = plan_task(params, out, model, overrides)
@@ -87,12 +98,23 @@ def evaluate_flow(params: str = "params.yaml", systems: list[str] | None = None,
         t2 = time.perf_counter()
         result = collect_task(params, out, model, overrides)
         t3 = time.perf_counter()
+        _publish(result, planned["metrics"], model)
         return {"metrics": planned["metrics"], "claims": planned["claims"], "shards": len(planned["shards"]),
                 "scores": {s: {d: {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"]} for d, m in by_d.items()}
                            for s, by_d in result["metrics"].items()},
                 "skipped": result["skipped"],
                 "seconds": {"plan": round(t1 - t0, 3), "shards": round(t2 - t1, 3), "collect": round(t3 - t2, 3),
                             "in_shards": round(sum(r["seconds"] for r in done), 3)}}  # summed over the shard tasks
+
+
+def _publish(result: dict, metrics_path: str, model: str | None) -> None:
+    """What the run shows in Prefect: the metric table (with intervals) and a summary with the headline and
+    links to the MLflow runs."""
+    create_table_artifact(table=metric_rows(result["metrics"]), key=METRICS_KEY, description=METRICS_DESCRIPTION)
+    skipped = [f"Skipped: {step} ({why})." for step, why in (result.get("skipped") or {}).items()]
+    publish_summary("evaluate-summary", "Evaluation", [
+        f"Model of the eg_grpo system: `{model or 'champion'}`. Every number with its interval: `{metrics_path}`.",
+        "", *scores_lines(result["metrics"]), "", *skipped])
 
 
 class _Args(argparse.ArgumentParser):

@@ -14,6 +14,7 @@ parent run (biocheck.tracking).
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from pathlib import Path
@@ -29,7 +30,8 @@ from prefect.runtime import flow_run  # noqa: E402
 from biocheck import tracking  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry, plan  # noqa: E402
-from biocheck.pipeline import orchestrate_config  # noqa: E402
+from biocheck.orchestration.artifacts import publish_summary, scores_lines, stage_lines  # noqa: E402
+from biocheck.pipeline import evaluate_config, orchestrate_config  # noqa: E402
 from biocheck.wiring import params_of  # noqa: E402
 from flows.data import data_flow  # noqa: E402
 from flows.evidence import evidence_flow  # noqa: E402
@@ -42,7 +44,8 @@ def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = Tru
     """Run every stage that is not up to date, in dvc.yaml's order; pull outputs from the DVC remote first
     and push them after success (`pull`/`push`, when orchestrate.dvc_remote is set)."""
     # secrets blanked in this run's log lines and in any error leaving it; the stages' MLflow runs nested
-    with entry.redacted(), tracking.in_pipeline(str(flow_run.id or uuid.uuid4())):  # (no flow run: called as a function)
+    with (entry.redacted(), tracking.in_pipeline(str(flow_run.id or uuid.uuid4())),  # (no flow run: called as a function)
+          tracking.in_flow_run(flow_run.id)):
         path = dvc.params_file(root, params)
         root, params = str(path.parent), str(path)
         cfg = orchestrate_config(params_of(path))
@@ -60,7 +63,16 @@ def pipeline_flow(params: str = "params.yaml", root: str = ".", pull: bool = Tru
         if remote and push:
             push_task(root, remote)
             out["push"] = remote
+        _publish(out, path)
         return out
+
+
+def _publish(out: dict, params: Path) -> None:
+    """The run's summary artifact: each stage ran or up to date, the evaluation's headline, the MLflow runs."""
+    ran = {k: v for area in ("data", "evidence", "train", "evaluate") for k, v in (out.get(area) or {}).items()}
+    metrics = params.parent / evaluate_config(params_of(params)).metrics_path
+    scores = scores_lines(json.loads(metrics.read_text())) if metrics.is_file() else []
+    publish_summary("pipeline-summary", "Pipeline", [*stage_lines(ran), "", *scores])
 
 
 def train_step(params: str, root: str, deployment: str | None, stages: list[str]) -> dict:

@@ -32,9 +32,12 @@ from pathlib import Path
 
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 
+from biocheck import tracking
 from biocheck.evaluate.shards import split
 from biocheck.orchestration import dvc, entry
+from biocheck.orchestration.artifacts import publish_summary
 from biocheck.orchestration.dask import task_runner
 from biocheck.pipeline import orchestrate_config, refresh_stage
 from biocheck.pubmed.refresh import (
@@ -116,20 +119,30 @@ def refresh_flow(params: str = "params.yaml", limit: int | None = None) -> dict:
     """Re-run the PubMed queries recorded in the evidence store (the first `limit`) through live E-utilities,
     in shards on Dask, then commit the store to DVC (see commit_task); returns the change report
     (reports/evidence_refresh.json)."""
-    with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+    # secrets blanked in this run's log lines and in any error leaving it; its MLflow run tagged with this run
+    with entry.redacted(), tracking.in_flow_run(flow_run.id):
         p = params_of(params)
         cfg = refresh_config(p, progress=False)
         cfg.search.store = cfg.search.store.resolve()  # a worker started in another folder opens the same file
         orchestrate = orchestrate_config(p)
         queries = queries_task(params, limit)
         if not queries:  # nothing recorded: no report (an earlier one stays), no DVC commit
+            _publish(summarize([]), "No PubMed query is recorded in the evidence store: nothing to refresh.")
             return {"summary": summarize([]), "queries": []}
         parts = split(queries, orchestrate.shards)
         # The runner comes from params, so it is set at call time (a deployment runs this flow as it is).
         results = shards_flow.with_options(task_runner=task_runner(orchestrate))(cfg, parts)
         report = report_task(params, [change for part in results for change in part], limit)
-        commit_task(params, str(cfg.search.store))
+        committed = commit_task(params, str(cfg.search.store))
+        _publish(report["summary"], f"Report: `{report.get('report_path')}`; the store "
+                                    f"{'committed to DVC' if committed else 'not committed to DVC (see the log)'}.")
         return report
+
+
+def _publish(summary: dict, note: str) -> None:
+    """The run's summary artifact: the refresh's counts and its MLflow run."""
+    publish_summary("evidence-refresh-summary", "Evidence refresh",
+                    [note, "", *(f"- {k.replace('_', ' ')}: {v}" for k, v in summary.items())])
 
 
 def main(argv: list[str]) -> int:

@@ -31,9 +31,12 @@ from prefect import flow, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.deployments import run_deployment  # noqa: E402
 from prefect.exceptions import ObjectNotFound  # noqa: E402
+from prefect.runtime import flow_run  # noqa: E402
 
+from biocheck import tracking  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry  # noqa: E402
+from biocheck.orchestration.artifacts import publish_summary, stage_lines  # noqa: E402
 from biocheck.pipeline import orchestrate_config  # noqa: E402
 from biocheck.study import AUDIT_STAGE, STUDY_DVC, check_gate, evaluate_unit, stages, study_config, train_unit  # noqa: E402
 from biocheck.wiring import params_of  # noqa: E402
@@ -87,7 +90,7 @@ def study_flow(params: str = "params.yaml", root: str = ".", ignore_gate: bool =
     R_evidence varies in study.min_evidence_signal of the start's SUPPORTED and REFUTED groups; `ignore_gate`
     warns instead), then every unit of params.yaml `study:` (training, evaluation of each selected checkpoint
     and of the start), then the analysis: metrics/study.json, reports/study/index.html, MLflow `study <name>`."""
-    with entry.redacted():
+    with entry.redacted(), tracking.in_flow_run(flow_run.id):
         root = str(dvc.params_file(root, params).parent)
         p = params_of(Path(root) / params)
         cfg, orch = study_config(p), orchestrate_config(p)
@@ -97,7 +100,9 @@ def study_flow(params: str = "params.yaml", root: str = ".", ignore_gate: bool =
                 run_stage(AUDIT_STAGE, root)
             check_gate(p, root, ignore=ignore_gate)
         if orch.study_train_deployment is None and orch.study_eval_deployment is None:
-            return {s: unit_task(s, root, None) for s in todo}  # here, in order
+            out = {s: unit_task(s, root, None) for s in todo}  # here, in order
+            _publish(out, cfg)
+            return out
         futures: dict[str, Any] = {}
         for s in todo[:-1]:
             kind, variant, seed = _unit(s)
@@ -106,14 +111,25 @@ def study_flow(params: str = "params.yaml", root: str = ".", ignore_gate: bool =
             futures[s] = unit_task.submit(s, root, deployment, wait_for=after)
         out = {s: f.result() for s, f in futures.items()}
         out[todo[-1]] = unit_task(todo[-1], root, None)  # the analysis, here, once every unit is recorded
+        _publish(out, cfg)
         return out
+
+
+def _publish(out: dict[str, Any], cfg: Any) -> None:
+    """The run's summary artifact: each unit ran, was up to date or was sent (its flow run), and the MLflow
+    runs (the analysis `analysis <name>`)."""
+    sent = [f"- `{s}`: sent to {r['deployment']} (flow run {r['flow_run']})" for s, r in out.items()
+            if r.get("deployment")]
+    here = stage_lines({s: r for s, r in out.items() if not r.get("deployment")})
+    publish_summary("study-summary", f"Study {cfg.name}", [*here, *sent, "",
+                                                           "The study's page: `reports/study/index.html`."])
 
 
 @flow(name="biocheck-study-unit", log_prints=True)
 def study_unit_flow(stage: str, root: str = ".") -> dict[str, Any]:
     """One study unit's work, in the project folder `root` (the entrypoint of the study-unit deployments): what
     the stage's command runs, without DVC (the calling study flow records it)."""
-    with entry.redacted():
+    with entry.redacted(), tracking.in_flow_run(flow_run.id):
         path = dvc.params_file(root)
         kind, variant, seed = _unit(stage)
         p = params_of(path)
@@ -124,9 +140,12 @@ def study_unit_flow(stage: str, root: str = ".") -> dict[str, Any]:
         try:
             if kind == "train":
                 stats = train_unit(p, variant, seed, progress=False)
+                publish_summary("study-unit-summary", f"Study unit {stage}", [f"Trained: {stats.get('steps')} steps."])
                 return {"stage": stage, "steps": stats.get("steps")}
             if kind in ("evaluate", "evaluate_start"):
-                return {"stage": stage, "unit": evaluate_unit(p, variant, seed, progress=False)["unit"]}
+                unit = evaluate_unit(p, variant, seed, progress=False)["unit"]
+                publish_summary("study-unit-summary", f"Study unit {stage}", [f"Evaluated: `{unit}`."])
+                return {"stage": stage, "unit": unit}
         finally:
             os.chdir(here)
         raise InputError(f"{stage}: not a unit of {STUDY_DVC} (train@..., evaluate@..., evaluate_start)")

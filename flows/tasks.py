@@ -26,7 +26,13 @@ from prefect.cache_policies import NO_CACHE
 
 from biocheck.io import InputError
 from biocheck.orchestration import dvc, entry
-from biocheck.orchestration.artifacts import metric_rows, validation_markdown, validation_summary
+from biocheck.orchestration.artifacts import (
+    METRICS_DESCRIPTION,
+    METRICS_KEY,
+    metric_rows,
+    validation_markdown,
+    validation_summary,
+)
 from biocheck.pipeline import evaluate_config
 from biocheck.wiring import params_of, validate_config
 
@@ -54,7 +60,6 @@ RETRIED = frozenset({"fetch"})  # network stages (and dvc pull/push below)
 GPU = frozenset({"judge", "judge_eqs", "sft", "audit", "train"})
 RETRY_DELAYS_S = [10, 60]  # network stages: a hiccup, then a longer outage
 VALIDATION_KEY = "validation"  # Prefect artifact keys (lowercase letters, digits, dashes)
-METRICS_KEY = "eval-metrics"
 
 
 class DataValidationError(InputError):
@@ -113,8 +118,7 @@ def evaluate_task(stage: str = "evaluate", root: str = ".") -> dict[str, Any]:
     project, params = _params(root)
     result = run_stage(stage, root)
     rows = metric_rows(json.loads((project / evaluate_config(params).metrics_path).read_text()))
-    create_table_artifact(table=rows, key=METRICS_KEY,
-                          description="Accuracy, macro-F1, EQS and EHR with 95% bootstrap intervals")
+    create_table_artifact(table=rows, key=METRICS_KEY, description=METRICS_DESCRIPTION)
     return {**result, "rows": len(rows)}
 
 

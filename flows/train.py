@@ -18,10 +18,12 @@ if __package__ != "flows":  # run as a script: make the `flows` package (the rep
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prefect import flow  # noqa: E402
+from prefect.runtime import flow_run  # noqa: E402
 
 from biocheck import tracking  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry, plan  # noqa: E402
+from biocheck.orchestration.artifacts import publish_summary, stage_lines  # noqa: E402
 from biocheck.rewards.components import VARIANTS  # noqa: E402
 from flows.tasks import main, run_stages  # noqa: E402
 
@@ -34,14 +36,16 @@ def train_flow(params: str = "params.yaml", root: str = ".", variants: list[str]
     base model's stage when `init_model` is False. `pipeline_id`: the calling pipeline's (flows/pipeline.py
     passes it to the train deployment), so these stages' MLflow runs nest under that pipeline's parents."""
     # secrets blanked in this run's log lines and in any error leaving it
-    with entry.redacted(), tracking.in_pipeline(pipeline_id):
+    with entry.redacted(), tracking.in_pipeline(pipeline_id), tracking.in_flow_run(flow_run.id):
         root = str(dvc.params_file(root, params).parent)
         unknown = [v for v in variants or () if v not in VARIANTS]
         if unknown:
             raise InputError(f"variants: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)} "
                              "(the train@... stages of dvc.yaml)")
         # one at a time: the stages share the host's GPU (and DVC's project lock)
-        return run_stages(plan.training(dvc.pipeline(root), variants, init_model), root)
+        out = run_stages(plan.training(dvc.pipeline(root), variants, init_model), root)
+        publish_summary("train-summary", "Training", stage_lines(out))
+        return out
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ def test_scheduled_deployments_have_valid_crons_and_on_demand_ones_none():
     for name, d in DEPLOYMENTS.items():
         crons = _crons(d)
         assert bool(crons) == (name in SCHEDULED), name
+        assert all(sched["active"] is False for sched in d.get("schedules") or []), name  # deployed paused
         for cron, tz in crons:
             schedule = CronSchedule(cron=cron, timezone=tz)  # raises on an invalid cron string or time zone
             assert len(cron.split()) == 5 and schedule.timezone == tz
@@ -200,11 +201,16 @@ def _on_the_server(server: PrefectServer, project: Path, elsewhere: Path) -> Non
         d = deployed[name]
         assert d["work_pool_name"] == spec["work_pool"]["name"] and d["enforce_parameter_schema"] is True
         assert [(s["schedule"]["cron"], s["schedule"]["timezone"]) for s in d["schedules"]] == _crons(spec), name
-        assert all(s["active"] for s in d["schedules"])
+        assert not any(s["active"] for s in d["schedules"]), name  # paused until the user resumes them
         assert d["parameters"] == spec["parameters"]
         assert d["pull_steps"] == [{"prefect.deployments.steps.set_working_directory": {
             "directory": str(project.resolve())}}], name
     assert not deployed["evaluate"]["schedules"] and deployed["train-gpu"]["work_pool_name"] == "gpu"
+    # The documented way to start them (prefect.yaml, docs/orchestration.md); then the scheduler fills them.
+    r = server.cli("--no-prompt", "deployment", "schedule", "resume", "--all")
+    assert r.returncode == 0, r.stdout
+    resumed = {d["name"]: d for d in _api(server, "POST", "/deployments/filter", json={})}
+    assert all(s["active"] for name in SCHEDULED for s in resumed[name]["schedules"])
     _scheduler_follows_the_crons(server, deployed)
 
     # An unknown parameter: the CLI refuses it by name, before any run exists.
@@ -240,6 +246,11 @@ def _on_the_server(server: PrefectServer, project: Path, elsewhere: Path) -> Non
         "logs": {"flow_run_id": {"any_": [str(bad.id)]}}}))
     assert "SignatureMismatchError" in bad_log and "'nonsense'" in bad_log, bad_log
 
+    # the run shows its results: the summary (headline and MLflow links) and the metric table
+    shown = {a["key"]: a for a in _api(server, "POST", "/artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [good]}}})}
+    assert set(shown) == {"evaluate-summary", "eval-metrics"}, shown
+    assert "| no_retrieval | scifact | 2 |" in shown["evaluate-summary"]["data"], shown["evaluate-summary"]["data"]
     metrics = json.loads((project / "runs" / "evaluate" / "eval.json").read_text())
     assert sorted(metrics) == sorted(EVALUATE["systems"])
     assert all(list(by_dataset) == ["scifact"] and by_dataset["scifact"]["n"] == EVALUATE["limit"]

@@ -285,3 +285,31 @@ def test_a_model_that_fails_to_load_on_the_workers_fails_the_flow_with_its_own_e
         evaluate_flow("params.yaml", systems=["eg_grpo"], model="transformers:/nonexistent/model", out="bad")
     assert not server.requests and not (project / "bad" / "eval.json").exists()
     assert not (project / "bad" / "predictions").exists()
+
+
+@pytest.mark.slow
+def test_the_flow_run_shows_its_headline_and_links_its_mlflow_run(prefect_harness, project, server):
+    from mlflow import MlflowClient
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    state = evaluate_flow("params.yaml", out="shown", return_state=True)
+    result, flow_run_id = state.result(), state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    by_key = {a.key: a for a in found}
+    assert set(by_key) == {"evaluate-summary", "eval-metrics"}, [a.key for a in found]
+    summary = by_key["evaluate-summary"].data
+    for system, by_dataset in result["scores"].items():  # the headline: each row's own numbers
+        for dataset, m in by_dataset.items():
+            row = next(line for line in summary.splitlines() if line.startswith(f"| {system} | {dataset} |"))
+            assert f"| {m['accuracy']:.3f} | {m['macro_f1']:.3f} |" in row, row
+    rows = json.loads(by_key["eval-metrics"].data)
+    assert sorted((r["system"], r["dataset"]) for r in rows) == sorted((s, d) for s in SYSTEMS for d in CLAIMS)
+    # the link: the `evaluate` run this flow run logged, tagged with it, in the UI and as runs:/<id>
+    [run] = MlflowClient().search_runs(
+        [MlflowClient().get_experiment_by_name("biocheck-eval").experiment_id],
+        filter_string=f"tags.prefect_flow_run = '{flow_run_id}' and attributes.run_name = 'evaluate'")
+    assert f"runs:/{run.info.run_id}" in summary
+    assert f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id})" in summary

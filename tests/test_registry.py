@@ -170,49 +170,48 @@ def test_evaluation_metrics_are_metrics_of_the_logged_model(tmp_path, store, cap
     assert "is not the model outcome_only ran" in caplog.text
 
 
-def test_a_moved_project_reads_its_own_artifacts(tmp_path, monkeypatch):
-    """Artifact locations are relative to the folder of the SQLite database: a project moved (or copied) with
-    its mlflow.db and mlartifacts/ reads the files there, not in the old place."""
+def test_a_plain_mlflow_downloads_the_artifacts(tmp_path, monkeypatch):
+    """Artifact locations are plain folders beside the SQLite database (mlartifacts/<experiment>): a Python
+    that cannot import BioCheck (so no artifact plugin of ours) downloads a registered model's files and a
+    run's artifacts with MLflow's own calls."""
     for name in (tracking.PIPELINE_ENV, "DVC_STAGE", "DVC_ROOT", "BIOCHECK_TRACKING"):
         monkeypatch.delenv(name, raising=False)
-    old, new = tmp_path / "old", tmp_path / "new"
-    old.mkdir()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{old / 'mlflow.db'}")
-    monkeypatch.setenv("BIOCHECK_MODEL_CACHE", str(tmp_path / "cache-old"))
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)  # not the project: MLflow's default would put the files under ./mlruns
-    _select(old, _fake_checkpoints(old / "ckpt", {10: 0.2}))
+    _select(project, _fake_checkpoints(project / "ckpt", {10: 0.2}))
     client = mlflow.MlflowClient(tracking.tracking_uri())
     version = client.get_model_version_by_alias(NAME, "champion")
-    location = client.get_experiment_by_name("biocheck-train").artifact_location
-    assert location == "biocheck-artifacts:/mlartifacts/biocheck-train"  # no absolute path in the database
-    assert list((old / "mlartifacts").rglob("selection.json")) and not (tmp_path / "mlruns").exists()
-    model_id = tracking.version_model_id(version)
+    experiment = client.get_experiment_by_name("biocheck-train")
+    assert experiment.artifact_location == (project / "mlartifacts" / "biocheck-train").as_uri()
+    assert experiment.tags["mlflow.note.content"] == tracking.DESCRIPTIONS["train"]
+    assert list((project / "mlartifacts").rglob("selection.json")) and not (tmp_path / "mlruns").exists()
 
-    old.rename(new)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{new / 'mlflow.db'}",
-           "BIOCHECK_MODEL_CACHE": str(tmp_path / "cache-new")}
-    after = subprocess.run([sys.executable, "-c", MOVED.format(name=NAME, model_id=model_id)], env=env, cwd=tmp_path,
-                           capture_output=True, text=True)  # a new process, as after a move
-    assert after.returncode == 0, after.stderr
-    step, fingerprint, files = after.stdout.split()
-    assert (step, fingerprint) == ("10", version.tags["model_fingerprint"])
-    assert str(tmp_path / "cache-new") in files and not (tmp_path / "cache-old").exists()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    plain = subprocess.run([sys.executable, "-c", PLAIN.format(name=NAME, run_id=version.run_id,
+                                                                uri=tracking.tracking_uri(), dst=tmp_path / "got")],
+                           env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    step, listed = plain.stdout.split(maxsplit=1)
+    assert step == "10" and "MLmodel" in listed
 
 
-MOVED = """import json, mlflow
-from biocheck import tracking
-from biocheck.llm.load import model_fingerprint
-from biocheck.llm.resolve import resolve_model
-folder = resolve_model("models:/{name}@champion")
-tracking.use_project_artifacts()
-listed = {{f.path for f in mlflow.MlflowClient(tracking.tracking_uri()).list_logged_model_artifacts("{model_id}")}}
-assert {{"MLmodel", "model"}} <= listed, listed
-print(json.loads((folder / "selection.json").read_text())["step"], model_fingerprint(folder), folder)
+PLAIN = """import sys
+sys.modules["biocheck"] = None  # as on a machine without BioCheck: importing it (a plugin of ours) fails
+import json, pathlib, mlflow
+mlflow.set_tracking_uri("{uri}")
+model = mlflow.artifacts.download_artifacts("models:/{name}@champion", dst_path="{dst}/model")
+step = json.loads(next(pathlib.Path(model).rglob("selection.json")).read_text())["step"]
+run_files = mlflow.artifacts.list_artifacts(run_id="{run_id}")
+assert not [m for m, v in sys.modules.items() if m.startswith("biocheck") and v is not None]
+print(step, sorted(p.name for p in pathlib.Path(model).iterdir()), [f.path for f in run_files])
 """
 
 
 def test_mlflow_processes_find_the_artifact_scheme_through_the_packages_entry_point():
-    """`mlflow ui` and a plain `mlflow.transformers.load_model` load `biocheck-artifacts:` from the entry point."""
+    """Experiments an older BioCheck made (`biocheck-artifacts:` locations) stay readable by `mlflow ui` and
+    plain MLflow calls in this environment, through the entry point."""
     import importlib.metadata
     import tomllib
 

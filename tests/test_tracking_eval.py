@@ -6,6 +6,7 @@ metrics written onto the version the evaluated system really ran (by model finge
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import uuid
@@ -17,8 +18,9 @@ import yaml
 
 from biocheck import tracking
 from biocheck.evaluate.compare import RUN_METRICS, tag_registered_versions
-from biocheck.pipeline import evaluate_stage, select_stage
+from biocheck.pipeline import evaluate_config, evaluate_stage, select_stage
 from biocheck.tracking import tracking_uri
+from biocheck.wiring import params_of
 from tests.test_eval_stage import project  # noqa: F401 (fixture: prepared test splits, a scripted model)
 from tests.test_train import _fake_checkpoints
 
@@ -81,20 +83,32 @@ def test_evaluation_metrics_go_onto_the_version_that_was_evaluated_only(register
 
 
 def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(registered, client, monkeypatch):
+    """One level: the `evaluate` run is top-level in biocheck-eval (with its pipeline's tag, no pipeline parent
+    there) and each `eval <system> <dataset>` is its child, which starts and ends with its own episodes."""
     pid = f"test-{uuid.uuid4().hex}"
     monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
     params = yaml.safe_load(Path("params.yaml").read_text())
     params["tracking"]["trace_samples"] = 2
     Path("params.yaml").write_text(yaml.safe_dump(params))
-    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
+    result = evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
     exp = client.get_experiment_by_name("biocheck-eval").experiment_id
     runs = client.search_runs([exp], filter_string=f"tags.pipeline_id = '{pid}'")
     by_name = {r.info.run_name: r for r in runs}
     pairs = [f"eval {s} {d}" for s in ("eg_grpo", "no_retrieval") for d in ("scifact", "healthfc")]
-    pipeline = next(r for r in runs if r.data.tags.get("kind") == "pipeline")
-    assert sorted(by_name) == sorted([pipeline.info.run_name, "evaluate", *pairs])
+    assert sorted(by_name) == sorted(["evaluate", *pairs])  # no pipeline parent in this experiment
     parent = by_name["evaluate"]
-    assert parent.data.tags["mlflow.parentRunId"] == pipeline.info.run_id
+    assert "mlflow.parentRunId" not in parent.data.tags and result["mlflow_run"] == parent.info.run_id
+    # the runs span the work: in the order the pairs ran, each ended before the metrics were written (the
+    # runs are logged after that), each at least as long as its episodes took, all inside the parent
+    spans = [(by_name[n].info.start_time, by_name[n].info.end_time) for n in pairs]
+    assert parent.info.start_time <= spans[0][0] and all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+    assert all(start <= end <= parent.info.end_time for start, end in spans)
+    for name, (start, end) in zip(pairs, spans, strict=True):
+        _, system, dataset = name.split()
+        rows = [json.loads(line) for line in Path(result["predictions"][system][dataset]).read_text().splitlines()]
+        assert end - start >= 1000 * sum(r["seconds"] for r in rows) - 1, name
+    metrics_written = evaluate_config(params_of("params.yaml")).metrics_path.stat().st_mtime * 1000
+    assert spans[-1][1] <= metrics_written + 1  # every pair had ended when the metrics were written
     splits = {d: project_split(d) for d in ("scifact", "healthfc")}
     logged = {i.dataset.name: i.dataset.digest for i in client.get_run(parent.info.run_id).inputs.dataset_inputs}
     assert logged == {f"{d}/test": hashlib.md5(p.read_bytes()).hexdigest() for d, p in splits.items()}

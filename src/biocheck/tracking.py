@@ -52,6 +52,9 @@ STAGES = {"prepare": "data", "validate": "data", "evidence": "data", "evidence-r
 PIPELINE_ENV = "BIOCHECK_PIPELINE_ID"  # set by the Prefect pipeline flow; else the ancestor `dvc` process
 PARENT_NAME_ENV = "BIOCHECK_PIPELINE_NAME"  # the parent run's name (a study: `study <name>`)
 RUN_TAGS_ENV = "BIOCHECK_RUN_TAGS"  # JSON tags every run carries (a study unit: study, variant, seed)
+FLOW_RUN_ENV = "BIOCHECK_PREFECT_FLOW_RUN"  # the Prefect flow run a run belongs to (tag `prefect_flow_run`)
+UI_URL_ENV = "BIOCHECK_MLFLOW_UI"  # where `mlflow ui` serves a SQLite store, for links (default DEFAULT_UI)
+DEFAULT_UI = "http://127.0.0.1:5000"
 PROBE_TIMEOUT_S = 5  # one short look at an HTTP tracking server before any MLflow call
 # MLflow's own HTTP retries would take minutes against a server that is down mid-run (a user's setting wins).
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
@@ -225,7 +228,9 @@ def guard(what: str) -> Iterator[None]:
 
 # --- where artifacts go -----------------------------------------------------------------------------
 
-ARTIFACT_SCHEME = "biocheck-artifacts"  # `biocheck-artifacts:/mlartifacts/...`: next to the SQLite database
+# `biocheck-artifacts:/mlartifacts/...`: the artifact locations of experiments an older BioCheck created, still
+# read here and through the package's entry point; new experiments get plain file locations (_experiment_id).
+ARTIFACT_SCHEME = "biocheck-artifacts"
 ARTIFACT_DIR = "mlartifacts"  # beside mlflow.db (gitignored), where `mlflow server` keeps its own artifacts
 SERVER_STORE_ENV = "_MLFLOW_SERVER_FILE_STORE"  # the backend store of a running `mlflow server` / `mlflow ui`
 
@@ -240,35 +245,59 @@ def store_folder(uri: str | None = None) -> Path | None:
 
 
 def use_project_artifacts() -> None:
-    """Let MLflow read and write `biocheck-artifacts:` locations in this process (the package's entry point
-    does the same for `mlflow ui` and any other MLflow process of this environment)."""
+    """Let MLflow read and write `biocheck-artifacts:` locations (experiments an older BioCheck created) in this
+    process (the package's entry point does the same for `mlflow ui` and any other MLflow process of this
+    environment)."""
     from mlflow.store.artifact.artifact_repository_registry import _artifact_repository_registry
 
     _artifact_repository_registry.register(ARTIFACT_SCHEME, __getattr__("ProjectArtifactRepository"))
 
 
-def _experiment_id(name: str) -> str:
-    """The id of experiment `name`, created when missing: with a SQLite store, its artifact location is
-    `biocheck-artifacts:/mlartifacts/<name>`, a path relative to the database's folder (MLflow itself would
-    record an absolute path: a moved or re-cloned project would look for its artifacts in the old place)."""
+def _experiment_id(name: str, purpose: str | None = None) -> str:
+    """The id of experiment `name`, created when missing with its description (DESCRIPTIONS[purpose], the
+    `mlflow.note.content` tag the UI shows) and, with a SQLite store, the artifact location
+    `file:///<the database's folder>/mlartifacts/<name>`: a plain local folder that any MLflow reads (where
+    `mlflow server` keeps its own, `./mlartifacts`), not MLflow's default `./mlruns` of the working directory."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
     client = mlflow.MlflowClient()
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    location = None
-    if store_folder() is not None:
-        folder = re.sub(r"[^\w.-]", "_", name)
-        location = f"{ARTIFACT_SCHEME}:/{ARTIFACT_DIR}/{folder}"
-    try:
-        return client.create_experiment(name, artifact_location=location)
-    except MlflowException:  # another stage created it meanwhile
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+    if found is None:
+        location = None
+        db_folder = store_folder()
+        if db_folder is not None:
+            location = (db_folder / ARTIFACT_DIR / re.sub(r"[^\w.-]", "_", name)).as_uri()
+        try:
+            found = client.get_experiment(client.create_experiment(name, artifact_location=location))
+        except MlflowException:  # another stage created it meanwhile
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    if found.artifact_location.startswith(f"{ARTIFACT_SCHEME}:") and name not in _warned_legacy:
+        _warned_legacy.add(name)
+        log.warning("MLflow experiment %s keeps its artifacts at %s, a location only BioCheck reads (made by an "
+                    "older BioCheck): MLflow without BioCheck cannot download them. To start afresh, move mlflow.db "
+                    "and mlartifacts/ away.", name, found.artifact_location)
+    note = DESCRIPTIONS.get(purpose or "")
+    if note and found.tags.get(NOTE_TAG) != note:
+        client.set_experiment_tag(found.experiment_id, NOTE_TAG, note)
+    return found.experiment_id
+
+
+_warned_legacy: set[str] = set()
+NOTE_TAG = "mlflow.note.content"  # the experiment's description in the MLflow UI
+DESCRIPTIONS = {
+    "data": "BioCheck's data stages: prepare, validate, evidence (the search index), evidence refresh, model "
+            "init. One run per stage; a `dvc repro` or a Prefect pipeline run nests them under `pipeline <date>`.",
+    "train": "BioCheck's training: the judges, the warm start, the reward audit, `train <variant> seed=<n>` "
+             "(GRPO curves: rewards/* and eval_rewards/*) and `select <variant>` (the checkpoint registered as "
+             "biocheck-agent).",
+    "eval": "BioCheck's evaluations: each `evaluate` run (config, gallery) with one child run "
+            "`eval <system> <dataset>` per system and dataset (accuracy, macro_f1, eqs, ehr, ... with their n); "
+            "`check` runs; agent episodes in the Traces tab. Filter: params.system = 'eg_grpo' and "
+            "params.model_alias = 'champion'.",
+}
 
 
 def _project_artifacts_class() -> type:
@@ -383,6 +412,13 @@ def in_pipeline(value: str | None, name: str | None = None, tags: Mapping[str, A
         return
     values = {PIPELINE_ENV: value, PARENT_NAME_ENV: name,
               RUN_TAGS_ENV: json.dumps({k: str(v) for k, v in tags.items()}) if tags else None}
+    with _environ(values):
+        yield
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str | None]) -> Iterator[None]:
+    """These environment variables (None: unset) inside, the old values after."""
     old = {k: os.environ.get(k) for k in values}
     for k, v in values.items():
         if v is None:
@@ -397,6 +433,58 @@ def in_pipeline(value: str | None, name: str | None = None, tags: Mapping[str, A
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def in_flow_run(flow_run_id: str | None) -> Iterator[None]:
+    """Tag every run started inside (and in the DVC stages and Dask workers started inside: the environment)
+    with `prefect_flow_run` = `flow_run_id`, so the flow run can link to its MLflow runs (flow_run_links).
+    None: as it is."""
+    if not flow_run_id:
+        yield
+        return
+    with _environ({FLOW_RUN_ENV: str(flow_run_id)}):
+        yield
+
+
+def ui_url(experiment_id: str, run_id: str) -> str:
+    """The run's page in the MLflow UI: on the tracking server when the URI is one, else where `mlflow ui`
+    serves the SQLite store by default ($BIOCHECK_MLFLOW_UI to say another address)."""
+    uri = tracking_uri()
+    base = uri if uri.lower().startswith(("http://", "https://")) else os.environ.get(UI_URL_ENV) or DEFAULT_UI
+    parts = urllib.parse.urlsplit(base.rstrip("/"))
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host  # never a user or password in a link
+    return redact(f"{parts.scheme}://{netloc}{parts.path}/#/experiments/{experiment_id}/runs/{run_id}")
+
+
+def flow_run_links(flow_run_id: str) -> list[dict[str, str]]:
+    """The MLflow runs a Prefect flow run logged (tag `prefect_flow_run`), the top ones only (a run whose
+    parent is also listed is left out): [{experiment, name, run_uri, url}], oldest first. Empty when tracking
+    is off or the store cannot be read (never raises: a link is not worth failing a flow for)."""
+    if not enabled() or _unusable(tracking_uri()):
+        return []
+    try:
+        import mlflow
+
+        mlflow.set_tracking_uri(tracking_uri())
+        client = mlflow.MlflowClient()
+        names = {e.experiment_id: e.name for e in client.search_experiments()}
+        value = str(flow_run_id).replace("'", "")
+        runs = client.search_runs(list(names), filter_string=f"tags.prefect_flow_run = '{value}'",
+                                  order_by=["attributes.start_time ASC"], max_results=500)
+    except Exception as e:  # noqa: BLE001
+        log.warning("MLflow runs of flow run %s not found: %s", flow_run_id, redact(str(e)))
+        return []
+    ids = {r.info.run_id for r in runs}
+    return [{"experiment": names.get(r.info.experiment_id, r.info.experiment_id), "name": r.info.run_name or "",
+             "run_uri": f"runs:/{r.info.run_id}", "url": ui_url(r.info.experiment_id, r.info.run_id)}
+            for r in runs if r.data.tags.get("mlflow.parentRunId") not in ids]
+
+
+def in_study() -> bool:
+    """This process runs a study unit (its runs carry the tag `study`)."""
+    return "study" in _env_tags()
 
 
 def _env_tags() -> dict[str, str]:
@@ -483,6 +571,9 @@ def common_tags(stage: str) -> dict[str, str]:
             **git_state(repo_root())}
     if _context.profile:
         tags["profile"] = str(_context.profile)
+    flow_run = os.environ.get(FLOW_RUN_ENV, "").strip()
+    if flow_run:
+        tags["prefect_flow_run"] = flow_run
     return {**tags, **_env_tags()}
 
 
@@ -505,7 +596,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str,
 
 
 def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any] | None, run_name: str | None,
-           parent: str | None) -> tuple[Any, str | None]:
+           parent: str | None, pipeline_parent_run: bool = True,
+           start_time: int | None = None) -> tuple[Any, str | None]:
     """(the active run, the pipeline parent's id when this run nests under one)."""
     uri = tracking_uri()
     why = _unusable(uri)
@@ -518,17 +610,22 @@ def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any]
 
     mlflow.set_tracking_uri(uri)
     use_project_artifacts()
-    exp_id = mlflow.set_experiment(experiment_id=_experiment_id(experiment(stage))).experiment_id
+    exp_id = mlflow.set_experiment(experiment_id=_experiment_id(experiment(stage),
+                                                                   STAGES[stage.split('@')[0]])).experiment_id
     all_tags = {**common_tags(stage), **{k: str(v) for k, v in (tags or {}).items() if v is not None}}
     pipeline_parent, pid = None, pipeline_id()
     if pid is not None:
         all_tags["pipeline_id"] = pid
-        if parent is None:
+        if parent is None and pipeline_parent_run:
             parent = pipeline_parent = _pipeline_parent(exp_id, pid, all_tags)
     if parent is not None:
         all_tags["mlflow.parentRunId"] = parent
-    active = mlflow.start_run(experiment_id=exp_id, run_name=redact(run_name or stage),
-                              tags={k: redact(v) for k, v in all_tags.items()})
+    name, clean = redact(run_name or stage), {k: redact(v) for k, v in all_tags.items()}
+    if start_time is None:
+        active = mlflow.start_run(experiment_id=exp_id, run_name=name, tags=clean)
+    else:  # work that began before the run is logged: the run starts when the work did
+        created = mlflow.MlflowClient().create_run(exp_id, start_time=start_time, tags=clean, run_name=name)
+        active = mlflow.start_run(run_id=created.info.run_id)
     try:
         if params:  # redact before the cut: half a key would no longer match
             mlflow.log_params({_mlflow_key(k): redact(v)[:500] for k, v in flatten(params).items()})
@@ -540,11 +637,14 @@ def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any]
 
 @contextlib.contextmanager
 def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None,
-        run_name: str | None = None, parent: str | None = None) -> Iterator[Any]:
+        run_name: str | None = None, parent: str | None = None, nest_in_pipeline: bool = True,
+        start_time: int | None = None, end_time: int | None = None) -> Iterator[Any]:
     """An MLflow run of `stage` (a DVC stage name such as `train@eg_grpo`, or `check`) in its purpose's
     experiment, named `run_name` (default: the stage), with the common tags plus `tags`. It nests under
-    `parent` (a run id), else under this pipeline's parent run when the stage runs in one. Yields the run,
-    or None when tracking is off or fails (then one warning line; the body runs either way)."""
+    `parent` (a run id), else under this pipeline's parent run when the stage runs in one (unless
+    `nest_in_pipeline` is False: then it only carries the pipeline's tag). `start_time`/`end_time` (ms since
+    the epoch): when the work it records began and ended, for a run logged after its work (default: now).
+    Yields the run, or None when tracking is off or fails (then one warning line; the body runs either way)."""
     experiment(stage)  # an unknown stage is a bug to fix, not a tracking failure to warn about
     if not enabled():
         yield None
@@ -552,7 +652,7 @@ def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline machines: no phone-home attempts
     active = pipeline_parent = None
     try:
-        active, pipeline_parent = _start(stage, params, tags, run_name, parent)
+        active, pipeline_parent = _start(stage, params, tags, run_name, parent, nest_in_pipeline, start_time)
     except Exception as e:  # noqa: BLE001 (a tracking failure must never cost the stage's results)
         _give_up(f"starting the {stage} run", e)
     status = "FINISHED"
@@ -567,6 +667,8 @@ def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, 
                 import mlflow
 
                 mlflow.end_run(status)
+                if end_time is not None:
+                    mlflow.MlflowClient().set_terminated(active.info.run_id, status, end_time=end_time)
                 if pipeline_parent is not None:  # the pipeline's run ends with its latest stage, as it ended
                     mlflow.MlflowClient().set_terminated(pipeline_parent, status)
 
@@ -591,7 +693,7 @@ def _pipeline_parent(exp_id: str, pid: str, tags: Mapping[str, str]) -> str:
         earlier = parents(other) if other else []  # the same pipeline's parent elsewhere: the same name
         name = (earlier[0].info.run_name if earlier else os.environ.get(PARENT_NAME_ENV)
                 or f"pipeline {datetime.datetime.now():%Y-%m-%d %H:%M}")
-        keep = ("profile", "git_commit", "git_dirty", "study")
+        keep = ("profile", "git_commit", "git_dirty", "study", "prefect_flow_run")
         mine = client.create_run(exp_id, run_name=name, tags={
             **{k: redact(tags[k]) for k in keep if k in tags}, "pipeline_id": pid, "kind": "pipeline"})
         found = parents([exp_id])

@@ -351,7 +351,7 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                paired: Mapping[str, Mapping[str, Mapping[str, Any]]],
                predictions: Mapping[str, Mapping[str, Sequence[Prediction]]], config: Any, profile: str, *,
                system_tags: Mapping[str, Mapping[str, str]] | None = None, gallery: Path | None = None,
-               reference: str = REFERENCE) -> list[str]:
+               reference: str = REFERENCE, times: Mapping[Any, tuple[int, int]] | None = None) -> list[str]:
     """The eval experiment (tracking.experiments.eval): a run `evaluate` (config, eval JSONs, the `gallery`
     folder if given, the test splits as datasets) and one child run `eval <system> <dataset>` per pair. A
     child's params are its `system`, `dataset` and `model_alias` (the alias of the model it ran: champion,
@@ -364,6 +364,12 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
     alias names an evaluated system (champion: eg_grpo, challenger: outcome_only) and whose weights that
     system ran gets the metrics (tag_registered_versions).
 
+    The runs are logged when the evaluation has ended, with the times it ran (`times`: "evaluate" -> (start,
+    _) of the whole, (system, dataset) -> (start, end) of each pair, ms since the epoch), so their durations are
+    the work's. The parent does not nest under a `dvc repro`'s pipeline run (it carries its `pipeline_id` tag):
+    in this experiment that parent would hold one run only, and the per-system runs would sit two levels down
+    (a study's evaluations still nest under the study's run, which groups many).
+
     metrics: {system: {dataset: system_metrics}}; paired: {dataset: paired_tests}; predictions:
     {system: {dataset: [Prediction]}}; system_tags: {system: {"model_fingerprint", "prompt_hash"}} (from the
     system's episodes). Returns the run ids, the parent's first (none when tracking is off)."""
@@ -372,8 +378,10 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
     prepared = tracking.current().prepared_dir
     splits = {d: prepared / f"{DATASETS[d]}.jsonl" for d in DATASETS} if prepared is not None else {}
     ids: list[str] = []
+    times = times or {}
     with tracking.run("evaluate", params=_params(config), tags={**base, "kind": "summary"},
-                      run_name="evaluate") as parent:
+                      run_name="evaluate", nest_in_pipeline=tracking.in_study(),
+                      start_time=times.get("evaluate", (None, None))[0]) as parent:
         if parent is None:
             return ids
         tracking.log_text(json.dumps(metrics, indent=2), "eval.json")
@@ -398,8 +406,9 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                     # what the numbers can mean (held out, corpus searched, EQS judge): tags, not metrics
                     **{f"about.{k}": str(v) for k, v in (m.get("about") or {}).items() if v is not None}}
             pair = paired.get(dataset, {}).get(system, blank)
-            with tracking.run("evaluate", params=_params(config, **scope), tags=tags,
-                              run_name=f"eval {system} {dataset}", parent=ids[0]) as active:
+            began, ended = times.get((system, dataset), (None, None))
+            with tracking.run("evaluate", params=_params(config, **scope), tags=tags, start_time=began,
+                              end_time=ended, run_name=f"eval {system} {dataset}", parent=ids[0]) as active:
                 if active is None:  # tracking failed meanwhile (it said so once)
                     return ids
                 tracking.log_metrics(_headline(m))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,11 +54,15 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
 
     preds: dict[tuple[str, str], list[Prediction]] = {}
     tags: dict[str, dict[str, str]] = {}
+    # when each part ran (ms since the epoch): the MLflow runs, logged at the end, start and end with their work
+    times: dict[Any, tuple[int, int]] = {"evaluate": (_ms(), 0)}
     for name, system in systems.items():
         try:
             for d in datasets:
+                began = _ms()
                 preds[(name, d)] = run_system(system, subsets[d], d, cfg.out_dir, workers=cfg.workers,
                                               progress=progress, scorer=scorer)
+                times[(name, d)] = (began, _ms())
             tags[name] = _tags(system, preds[(name, datasets[0])], cfg.out_dir)
         finally:
             close = getattr(system, "close", None)
@@ -81,11 +86,16 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
               stale=[cfg.plots_dir / name for name in compare.PLOT_FILES])
     gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired, profile, stale=[cfg.report_dir])
     by_system = {s: {d: preds[(s, d)] for d in datasets} for s in systems}
-    _optional("mlflow", skipped, compare.log_mlflow, metrics, paired, by_system, cfg, profile or "",
-              system_tags=tags, gallery=cfg.report_dir if gallery else None, reference=REFERENCE)
+    runs = _optional("mlflow", skipped, compare.log_mlflow, metrics, paired, by_system, cfg, profile or "",
+                     system_tags=tags, gallery=cfg.report_dir if gallery else None, reference=REFERENCE, times=times)
     return {"metrics": metrics, "paired": paired, "gallery": gallery, "skipped": skipped,
+            "mlflow_run": runs[0] if runs else None,
             "predictions": {s: {d: predictions_path(cfg.out_dir, s, d).as_posix() for d in datasets}
                             for s in systems}}
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
 
 
 def write_headline(metrics: dict[str, dict[str, Any]], dest: Path) -> list[Path]:

@@ -1,16 +1,20 @@
-"""What the pipeline shows in Prefect's UI, as plain data: the validation summary (markdown) and the metric
-table (one row per system and dataset). Built here, without Prefect, so they are tested on their own."""
+"""What the pipeline shows in Prefect's UI, as plain data: the validation summary (markdown), the metric
+table (one row per system and dataset) and each flow run's summary (its headline and links to its MLflow
+runs). Built here, without Prefect, so they are tested on their own."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from biocheck import tracking
 from biocheck.data.validate import ValidationResult
 
 # each with its 95% interval and, where it counts something other than claims, its n (docs/evaluation.md)
 TABLE_METRICS = ("accuracy", "macro_f1", "citing_rate", "ehr", "ehr_micro", "eqs", "rationale_f1")
 DIGITS = 4
+METRICS_KEY = "eval-metrics"  # Prefect artifact keys: lowercase letters, digits, dashes
+METRICS_DESCRIPTION = "Accuracy, macro-F1, EQS and EHR with 95% bootstrap intervals"
 
 
 def validation_summary(report: Mapping[str, Any]) -> str:
@@ -51,3 +55,44 @@ def metric_rows(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[
                     row[f"{name}_n"] = m.get(f"{name}_n")
             rows.append(row)
     return rows
+
+
+def scores_lines(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    """A markdown table of the evaluation's headline: accuracy and macro-F1 (n claims) per system and dataset."""
+    lines = ["| system | dataset | n | accuracy | macro-F1 |", "| --- | --- | --- | --- | --- |"]
+    for system, by_dataset in metrics.items():
+        for dataset, m in by_dataset.items():
+            acc, f1 = _number(m.get("accuracy")), _number(m.get("macro_f1"))
+            lines.append(f"| {system} | {dataset} | {m.get('n')} | {'n/a' if acc is None else f'{acc:.3f}'} | "
+                         f"{'n/a' if f1 is None else f'{f1:.3f}'} |")
+    return lines
+
+
+def stage_lines(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per DVC stage a flow ran: ran (and its seconds) or up to date (skipped)."""
+    return [f"- `{stage}`: " + (f"ran, {float(r.get('seconds') or 0):.0f} s" if r.get("ran") else "up to date")
+            for stage, r in results.items() if isinstance(r, Mapping)]
+
+
+def summary_markdown(title: str, headline: list[str], links: list[Mapping[str, str]]) -> str:
+    """A flow run's page: its title, its headline lines (markdown) and its MLflow runs, each a link to the run
+    in the MLflow UI and its `runs:/<id>` (MLflow's own APIs), or a line saying there is none."""
+    out = [f"# {title}", "", *headline, "", "## MLflow"]
+    if links:
+        out += [f"- [{link['name']}]({link['url']}) in `{link['experiment']}`: `{link['run_uri']}`" for link in links]
+    else:
+        out.append("No MLflow run (tracking off, or the store could not be read: see the flow's log).")
+    return "\n".join(out) + "\n"
+
+
+def publish_summary(key: str, title: str, headline: list[str]) -> str:
+    """This flow run's summary as a Prefect markdown artifact (`key`): `headline` and links to the MLflow runs
+    the flow run logged (the runs tagged with it, tracking.in_flow_run). Returns the markdown. Call it inside
+    a flow run."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.runtime import flow_run
+
+    links = tracking.flow_run_links(str(flow_run.id)) if flow_run.id else []
+    markdown = summary_markdown(title, headline, links)
+    create_markdown_artifact(markdown=markdown, key=key, description=title)
+    return markdown
