@@ -256,7 +256,7 @@ def accuracy_bootstrap(ref, other, resamples, seed):
     return {"reference": np.mean([a.pred == a.gold for _, a, _ in pairs]),
             "other": np.mean([b.pred == b.gold for _, _, b in pairs]), "diff": delta.mean(), "mean": d.mean(),
             "lo": lo, "hi": hi, "p": min(1.0, 2 * beyond), "mdd": (norm.ppf(0.975) + norm.ppf(0.8)) * d.std(ddof=1),
-            "interval": "paired BCa bootstrap over claims"}
+            "interval": "paired BCa bootstrap over claims", "n": len(pairs)}  # accuracy counts every paired claim
 
 
 @pytest.mark.parametrize("seed", [0, 5])

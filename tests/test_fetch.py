@@ -131,6 +131,75 @@ def test_mirror_missing_a_file_is_a_clear_error(tmp_path, monkeypatch):
         fetch(cfg(tmp_path, "http://127.0.0.1:9"))
 
 
+def test_a_file_the_mirror_lacks_is_kept_when_data_raw_holds_the_copy_it_recorded(tmp_path, monkeypatch, caplog):
+    """Fetched once from a mirror; a later mirror lacks the HealthFC file: data/raw's copy (the manifest's sha256,
+    and it verifies) stays with the origin recorded then, so data/raw and its manifest keep their bytes."""
+    first = write_raw(tmp_path / "mirror")
+    monkeypatch.setenv(MIRROR_ENV, str(first))
+    fetch(cfg(tmp_path, "http://127.0.0.1:9"))
+    raw = tmp_path / "raw"
+    before = {p: p.read_bytes() for p in raw.rglob("*") if p.is_file()}
+    second = write_raw(tmp_path / "second")
+    (second / "healthfc" / "Datensatz.csv").unlink()
+    monkeypatch.setenv(MIRROR_ENV, str(second))
+    manifest = fetch(cfg(tmp_path, "http://127.0.0.1:9"))
+    assert {p: p.read_bytes() for p in raw.rglob("*") if p.is_file()} == before
+    assert manifest["files"]["healthfc"]["origin"] == "mirror"
+    assert f"{MIRROR_ENV}={second} has no healthfc/Datensatz.csv; keeping" in caplog.text
+
+
+def test_a_downloaded_file_the_mirror_lacks_keeps_its_url_as_origin(tmp_path, monkeypatch):
+    with hf.Server({"/a.tar.gz": hf.ok(BODY_A), "/b.csv": hf.ok(BODY_B)}) as s:
+        fetch(cfg(tmp_path, s.base))
+    mirror = write_raw(tmp_path / "mirror")
+    (mirror / "healthfc" / "Datensatz.csv").unlink()
+    monkeypatch.setenv(MIRROR_ENV, str(mirror))
+    manifest = fetch(cfg(tmp_path, s.base))  # the server is gone: nothing may be downloaded
+    assert manifest["files"]["healthfc"]["origin"] == f"{s.base}/b.csv"  # where that copy came from
+    assert (tmp_path / "raw" / "healthfc" / "Datensatz.csv").read_bytes() == BODY_B
+    assert manifest["files"]["scifact"]["origin"] == "mirror"  # the file the mirror has is copied from it
+
+
+@pytest.mark.parametrize("case", ["absent", "other bytes", "force"])
+def test_a_file_the_mirror_lacks_without_a_recorded_copy_is_one_error_before_any_copy(tmp_path, monkeypatch, case):
+    raw = tmp_path / "raw"
+    mirror = write_raw(tmp_path / "mirror")
+    if case != "absent":
+        monkeypatch.setenv(MIRROR_ENV, str(mirror))
+        fetch(cfg(tmp_path, "http://127.0.0.1:9"))
+        (raw / "scifact" / "data.tar.gz").unlink()  # a copy must not be made before the error
+    if case == "other bytes":
+        (raw / "healthfc" / "Datensatz.csv").write_bytes(csv_bytes(healthfc_rows()[:-1]))  # verifies, not recorded
+    (mirror / "healthfc" / "Datensatz.csv").unlink()
+    monkeypatch.setenv(MIRROR_ENV, str(mirror))
+    with pytest.raises(FetchError) as e:
+        fetch(cfg(tmp_path, "http://127.0.0.1:9", force=case == "force"))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert f"{MIRROR_ENV}={mirror} has no healthfc/Datensatz.csv (looked for {mirror / 'healthfc' / 'Datensatz.csv'})" in msg
+    assert f"{raw} holds no fetched copy" in msg and f"unset {MIRROR_ENV}" in msg and "127.0.0.1:9/b.csv" in msg
+    assert ("--force" in msg) is (case == "force") and ("is not a copy it recorded" in msg) is (case == "other bytes")
+    assert not (raw / "scifact" / "data.tar.gz").exists()
+
+
+def test_the_cli_says_a_missing_mirror_file_in_one_error_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from biocheck.cli import app
+    from tests.conftest import REPO
+
+    mirror = write_raw(tmp_path / "mirror")
+    (mirror / "scifact" / "data.tar.gz").unlink()
+    monkeypatch.setenv(MIRROR_ENV, str(mirror))
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["data", "fetch", "--params", str(REPO / "params.yaml"), "--raw-dir", "raw",
+                                  "--no-progress"])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "has no scifact/data.tar.gz" in lines[0], r.stderr
+    assert "Traceback" not in r.output and not (tmp_path / "raw" / "healthfc" / "Datensatz.csv").exists()
+
+
 def test_intact_files_are_not_fetched_twice_but_corrupt_ones_are(tmp_path):
     with hf.Server({"/a.tar.gz": hf.ok(BODY_A), "/b.csv": hf.ok(BODY_B)}) as s:
         c = cfg(tmp_path, s.base)

@@ -412,6 +412,58 @@ def test_enough_discordant_claims_reach_significance(repo):
     assert rows["citing rate"][2] == "**0.008** (McNemar 8 / 0)"
 
 
+def test_a_mcnemar_p_is_floored_by_its_own_discordant_claims(repo):
+    """The floor of a McNemar p is 2 x 0.5^(b + c), its own discordant claims, not the comparison's n: 2 / 0 of 20
+    claims can give no p below 0.5 (a file claiming 0.001, e.g. from an asymptotic test, is raised), 3 / 1 none
+    below 2 x 0.5^4 = 0.125, and a p above its floor is shown as it is."""
+    t = paired(0.1, 0.3)
+    t.update(n=20, mcnemar_by_metric={"accuracy": {"b": 2, "c": 0, "p": 0.001},
+                                      "citing_rate": {"b": 3, "c": 1, "p": 0.01},
+                                      "grounded_rate": {"b": 1, "c": 1, "p": 1.0}})
+    t["citing_rate"] = t["grounded_rate"] = t["accuracy"]
+    write_eval(repo, HEAD, {"scifact": {"no_retrieval": t}})
+    rows = paired_rows(runner.invoke(app, ["report", "pr", "--base", "main"]).stdout)
+    assert rows["accuracy"][0] == "20"
+    assert rows["accuracy"][2] == "≥0.500 (McNemar 2 / 0)"
+    assert rows["citing rate"][2] == "≥0.125 (McNemar 3 / 1)"
+    assert rows["grounded rate"][2] == "1.000 (McNemar 1 / 1)"
+
+
+def test_a_bootstrap_p_is_floored_by_the_claims_its_metric_counts(repo):
+    """EHR counts only the claims where a system cites: its bootstrap p over 2 such claims of 20 is shown no lower
+    than 2 x 0.5^2 = 0.5 (with the comparison's 20 it would print a bold <0.001), over 3 claims no lower than 0.25;
+    an evaluation from before the metrics carried their own n falls back to the comparison's."""
+    t = paired(0.1, 0.3)
+    t.update(n=20, ehr={**t["accuracy"], "diff": -0.5, "p": 0.0004, "n": 2},
+             ehr_micro={**t["accuracy"], "diff": -0.5, "p": 0.002, "n": 3},
+             eqs={**t["accuracy"], "diff": 0.2, "p": 0.0004})  # no own n: the comparison's 20
+    write_eval(repo, HEAD, {"scifact": {"no_retrieval": t}})
+    rows = paired_rows(runner.invoke(app, ["report", "pr", "--base", "main"]).stdout)
+    assert rows["EHR (citing reports)"][2] == "≥0.500"
+    assert rows["micro-EHR"][2] == "≥0.250"
+    assert rows["EQS"][2] == "**<0.001**"  # 2 x 0.5^20: 20 claims can reach it
+
+
+def test_paired_tests_give_each_metric_the_claims_it_counts():
+    """10 claims; the reference cites on claims 0 and 1, the other on 1 and 2: EHR's paired test has 3 claims (those
+    where either cites), the proportions all 10, macro-F1 the claims with gold in its label set (all 10 here)."""
+    from biocheck.evaluate.compare import paired_tests
+    from biocheck.evaluate.systems.base import Prediction
+    from biocheck.labels import Label
+
+    def preds(system: str, citing: set[int], ehr: float) -> list[Prediction]:
+        return [Prediction(id=f"c{i}", dataset="scifact", system=system, fingerprint="fp", gold=Label.SUPPORTED,
+                           pred=Label.SUPPORTED if i % 2 else Label.REFUTED, writes_report=True, parseable=True,
+                           cited=int(i in citing), hallucinated=int(i in citing and ehr > 0),
+                           ehr=ehr if i in citing else None) for i in range(10)]
+
+    t = paired_tests({"eg_grpo": preds("eg_grpo", {0, 1}, 0.0), "other": preds("other", {1, 2}, 1.0)})["other"]
+    assert t["n"] == 10
+    assert (t["ehr"]["n"], t["ehr_micro"]["n"]) == (3, 3)
+    assert t["accuracy"]["n"] == t["citing_rate"]["n"] == t["macro_f1"]["n"] == 10
+    assert t["ehr"]["diff"] == -1.0 and t["mcnemar_by_metric"]["citing_rate"] == {"b": 1, "c": 1, "p": 1.0}
+
+
 def test_each_metric_counted_over_fewer_claims_shows_its_n(repo):
     m = {**metrics(0.5, 0.5, 0.75, 0.0), "ehr_n": 1, "eqs_n": 3}  # EHR of 1 citing report, EQS of 3 judged, of 8
     write_eval(repo, {"eg_grpo": {"scifact": m}}, {})

@@ -432,6 +432,36 @@ def test_generation_time_is_logged_per_mode(monkeypatch):
     assert dict(ev._metrics["eval"]) == {"time/generation_s": [0.25]} and not ev._metrics["train"]
 
 
+def test_the_saved_training_state_holds_no_timings_and_the_callbacks_get_them():
+    """trainer_state.json is in every checkpoint, a DVC output: the same run on another machine must write the same
+    bytes, so the seconds are dropped from the state's log; MLflow and the console (on_log) still see them."""
+    from types import SimpleNamespace
+
+    import biocheck.train.grpo as g
+
+    seen = []
+
+    class Base:  # the Trainer's log: the state's copy, then the callbacks
+        def __init__(self):
+            self.state = SimpleNamespace(log_history=[{"loss": 0.1, "step_time": 9.0, "step": 1}])
+
+        def log(self, logs, start_time=None):
+            self.state.log_history.append({**logs, "step": 2})
+            seen.append(dict(logs))
+
+    class Trainer(g.PortableStateMixin, Base):
+        pass
+
+    t = Trainer()
+    logs = {"loss": 0.5, "reward": 1.0, "step_time": 3.2, "time/generation_s": 1.5, "eval_time/generation_s": 0.5,
+            "eval_runtime": 4.0, "eval_samples_per_second": 2.0, "eval_steps_per_second": 1.0, "train_runtime": 7.0,
+            "num_tokens": 120.0}
+    t.log(logs)
+    assert seen == [logs]  # the callbacks got every value
+    assert t.state.log_history[-1] == {"loss": 0.5, "reward": 1.0, "num_tokens": 120.0, "step": 2}
+    assert t.state.log_history[0]["step_time"] == 9.0  # rows logged before are not this call's to change
+
+
 def test_validation_scores_the_episodes_without_trls_eval_loss():
     import biocheck.train.grpo as g
 

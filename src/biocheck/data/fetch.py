@@ -1,8 +1,9 @@
 """`biocheck data fetch`: download the official SciFact and HealthFC releases into `data/raw/`.
 
 With `BIOCHECK_DATA_MIRROR` set, the same files are copied from a local mirror instead
-(`$BIOCHECK_DATA_MIRROR/scifact/data.tar.gz`, `$BIOCHECK_DATA_MIRROR/healthfc/Datensatz.csv`);
-everything after opening the byte stream (progress, hashing, verification, atomic write, manifest)
+(`$BIOCHECK_DATA_MIRROR/scifact/data.tar.gz`, `$BIOCHECK_DATA_MIRROR/healthfc/Datensatz.csv`); a file the
+mirror lacks is kept when data/raw already holds the copy its manifest records (with the origin recorded
+then), and is an error otherwise, before anything is copied. Everything after opening the byte stream (progress, hashing, verification, atomic write, manifest)
 is shared. A file is verified (it opens as the release it should be) before it takes its real name:
 DVC caches whatever this stage leaves in data/raw, so a damaged file must never get there.
 """
@@ -195,18 +196,41 @@ def _jittered(wait: tenacity.wait.wait_base) -> Callable[[tenacity.RetryCallStat
     return lambda state: wait(state) * random.uniform(0.75, 1.25)
 
 
-def _check_mirror(mirror: Mirror, cfg: FetchConfig) -> None:
-    """Every file the mirror must hold is there, before anything is copied."""
+def _check_mirror(mirror: Mirror, cfg: FetchConfig, raw: Path, old: dict) -> set[str]:
+    """Before anything is copied: every file is in the mirror or already fetched. Returns the names of the
+    sources the mirror lacks whose copy in `raw` is kept: the file the manifest records (same sha256, it
+    verifies), under the origin the manifest records for it (a mirror, or the URL it was downloaded from)."""
     holds = ", ".join(s.relpath for s in cfg.sources)
     if not mirror.path.is_dir():
         what = "is a file" if mirror.path.exists() else "does not exist"
         raise FetchError(f"{mirror.named}: {what}; a mirror is a folder holding {holds}. Point it at one, "
                          f"or {mirror.undo} to download from the official URLs.")
+    kept = set()
     for src in cfg.sources:
         path = mirror.path / src.relpath
-        if not path.is_file():
-            raise FetchError(f"{mirror.named} has no {src.relpath} (looked for {path}). A mirror must hold "
-                             f"{holds}; {mirror.undo} to download from {src.url}.")
+        if path.is_file():
+            continue
+        if not cfg.force and _fetched(src, raw, old):
+            kept.add(src.name)
+            continue
+        have = (" (--force fetches every file again)" if cfg.force else
+                f"; {raw / src.relpath} is not a copy it recorded" if (raw / src.relpath).exists() else "")
+        raise FetchError(f"{mirror.named} has no {src.relpath} (looked for {path}), and {raw} holds no fetched copy "
+                         f"of it{have}: put the official file ({src.url}) there as {src.relpath}, or {mirror.undo} "
+                         "to download it.")
+    return kept
+
+
+def _fetched(src: Source, raw: Path, old: dict) -> bool:
+    """`raw` holds the copy of `src` its manifest records: the same sha256, and the file verifies."""
+    prev, dest = old.get("files", {}).get(src.name), raw / src.relpath
+    if not isinstance(prev, dict) or not dest.is_file() or sha256_file(dest) != prev.get("sha256"):
+        return False
+    try:
+        src.verify(dest, str(dest))
+    except InputError:
+        return False
+    return True
 
 
 def _copy_from_mirror(src: Source, mirror: Mirror, dest: Path, cfg: FetchConfig) -> tuple[str, int]:
@@ -225,14 +249,19 @@ def fetch(cfg: FetchConfig | None = None) -> dict:
     cfg = cfg or FetchConfig()
     raw = Path(cfg.raw_dir)
     mirror = cfg.mirror_source()
-    if mirror:
-        _check_mirror(mirror, cfg)
-    raw.mkdir(parents=True, exist_ok=True)
     old = _read_manifest(raw)
+    kept = _check_mirror(mirror, cfg, raw, old) if mirror else set()
+    raw.mkdir(parents=True, exist_ok=True)
     manifest: dict = {"files": {}}
     for src in cfg.sources:
         dest = raw / src.relpath
         remove_stale_tmp(dest.parent)  # leftovers of a killed earlier run
+        if src.name in kept:  # the mirror lacks it; the copy fetched before stays, with the origin recorded then
+            prev = old["files"][src.name]
+            log.warning("%s: %s has no %s; keeping %s (sha256 %s, fetched from %s)", src.name, mirror.named,
+                        src.relpath, dest, prev["sha256"][:12], prev.get("origin"))
+            manifest["files"][src.name] = prev
+            continue
         # The manifest says only that a mirror was used, never its path: the same bytes fetched from a
         # mirror elsewhere (another folder, another machine) must give the same DVC hash of data/raw.
         origin = "mirror" if mirror else src.url

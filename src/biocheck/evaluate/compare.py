@@ -202,11 +202,11 @@ def _by_id(preds: Sequence[Prediction], name: str) -> dict[str, Prediction]:
 def paired_tests(by_system: Mapping[str, Sequence[Prediction]], reference: str = REFERENCE,
                  n_resamples: int = 1000, seed: int = 0, label_set: str | None = None) -> dict[str, dict[str, Any]]:
     """For every system but `reference`, on the claims both answered, paired by claim id: for each metric in
-    PAIRED the difference reference minus other (observed `diff`, bootstrap `mean`, 95% `lo`/`hi`, two-sided
-    `p`, `mdd`: the minimum detectable difference at this n), from one seeded resampling of the claims that
-    both systems share; and McNemar's exact test for each per-claim binary rate in BINARY (`mcnemar_by_metric`,
-    None where the rate does not apply; accuracy's also as `mcnemar`; b: only the reference right / citing /
-    grounded, c: only the other). Macro-F1 is over `label_set` (default: the headline labels of these claims' gold)."""
+    PAIRED the difference reference minus other (observed `diff`, `n`: the claims it counts in either system,
+    bootstrap `mean`, 95% `lo`/`hi`, two-sided `p`, `mdd`: the minimum detectable difference at this n), from one
+    seeded resampling of the claims that both systems share; and McNemar's exact test for each per-claim binary
+    rate in BINARY (`mcnemar_by_metric`, None where the rate does not apply; accuracy's also as `mcnemar`; b: only
+    the reference right / citing / grounded, c: only the other). Macro-F1 is over `label_set` (default: the headline labels of these claims' gold)."""
     if reference not in by_system:
         raise ValueError(f"paired tests: no predictions for the reference system {reference!r} (have: "
                          f"{', '.join(by_system) or 'none'}); evaluate it too, or choose another reference")
@@ -252,7 +252,7 @@ def paired_tests(by_system: Mapping[str, Sequence[Prediction]], reference: str =
             _, pb = _encode([gold[i] for i in kept], [_label(b[i]) for i in kept], labels)
             f1 = macro_score("f1", len(labels))
             ci = None if idx is None else bootstrap(_f1_difference(f1), (g, pa, pb), n_resamples, seed)
-            res["macro_f1"] = ratios.paired_stat(float(f1(g, pa)), float(f1(g, pb)), ci)
+            res["macro_f1"] = ratios.paired_stat(float(f1(g, pa)), float(f1(g, pb)), ci, n=len(kept))
     return out
 
 

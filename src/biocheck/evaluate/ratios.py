@@ -143,11 +143,12 @@ def mdd(diffs: np.ndarray, level: float = 0.95, power: float = POWER) -> float |
     return float((norm.ppf(1 - (1 - level) / 2) + norm.ppf(power)) * d.std(ddof=1))
 
 
-def paired_stat(observed_a: float, observed_b: float, diff_ci: Interval | None) -> dict[str, Any]:
+def paired_stat(observed_a: float, observed_b: float, diff_ci: Interval | None, n: int = 0) -> dict[str, Any]:
     """Reference minus other: observed diff, and from the paired bootstrap of the difference (`diff_ci`) its
     mean, 95% interval (`interval` names the method), two-sided p (twice (k + 1) / (R + 1), k of the R resamples
-    on the other side of 0, ties included, capped at 1: never 0) and the minimum detectable difference."""
-    stat: dict[str, Any] = {"reference": _finite(observed_a), "other": _finite(observed_b), "diff": None,
+    on the other side of 0, ties included, capped at 1: never 0) and the minimum detectable difference. `n`: the
+    claims the metric counts in either system (EHR: those where one of them cites), the n its p can claim."""
+    stat: dict[str, Any] = {"reference": _finite(observed_a), "other": _finite(observed_b), "diff": None, "n": n,
                             "mean": None, "lo": None, "hi": None, "p": None, "mdd": None, "interval": None}
     if stat["reference"] is None or stat["other"] is None:
         return stat
@@ -172,7 +173,8 @@ def paired_ratio(metric: str, a: Sequence[Prediction], b: Sequence[Prediction],
         return paired_stat(math.nan, math.nan, None)
     (na, da), (nb, db) = columns(metric, a), columns(metric, b)
     ci = None if boot is None else bootstrap(_paired_ratio, (na, da, nb, db), boot.n_resamples, boot.seed)
-    return paired_stat(float(_ratio(na, da)), float(_ratio(nb, db)), ci)
+    # a claim neither system's denominator counts moves no resample's difference: it is not one of the test's claims
+    return paired_stat(float(_ratio(na, da)), float(_ratio(nb, db)), ci, n=int(np.sum((da > 0) | (db > 0))))
 
 
 def _finite(x: float) -> float | None:

@@ -332,10 +332,11 @@ def _sub(d: Mapping, key: str) -> Mapping:
 
 
 def _p(x: object, n: float | None = None) -> str:
-    """A p as every output prints it (headline.p_text), bold below SIGNIFICANT. With `n` (a bootstrap p over n
-    paired claims) it is shown no lower than 2 x 0.5^n, the smallest p an exact paired test of n claims can
-    give (McNemar with all n discordant): a bootstrap of 2 claims says 0.002 where no test of them can go below
-    0.5. Such a raised p is marked `≥` (unless both print as `<0.001`, which n >= 11 claims can reach)."""
+    """A p as every output prints it (headline.p_text), bold below SIGNIFICANT. With `n` (the claims the test
+    had: a bootstrap's paired claims, McNemar's discordant ones) it is shown no lower than 2 x 0.5^n, the smallest
+    p an exact paired test of n claims can give (McNemar with all n discordant): a bootstrap of 2 claims says
+    0.002 where no test of them can go below 0.5. Such a raised p is marked `≥` (unless both print as `<0.001`,
+    which n >= 11 claims can reach)."""
     v = number(x)
     if v is None:
         return "n/a"
@@ -351,14 +352,17 @@ def _p(x: object, n: float | None = None) -> str:
 
 
 def _test_p(key: str, stat: Mapping, t: Mapping) -> str:
-    """The p of one paired metric: McNemar's exact p with its discordant claims (b / c) for a per-claim binary
-    metric (compare.paired_tests' `mcnemar_by_metric`; accuracy's also as `mcnemar`, all that evaluations from
-    before it have), else the bootstrap's p, no lower than its n claims allow."""
+    """The p of one paired metric, no lower than the claims its own test had allow: McNemar's exact p with its
+    b + c discordant claims (b / c shown) for a per-claim binary metric (compare.paired_tests' `mcnemar_by_metric`;
+    accuracy's also as `mcnemar`, all that evaluations from before it have), else the bootstrap's p over the
+    claims that metric counts (its own `n`: EHR's citing claims, not the comparison's n; the comparison's n in an
+    evaluation from before the metrics had their own)."""
     mc = _sub(_sub(t, "mcnemar_by_metric"), key) or (_sub(t, "mcnemar") if key == "accuracy" else {})
     b, c = number(mc.get("b")), number(mc.get("c"))
     if b is not None and c is not None:
-        return f"{_p(mc.get('p'))} (McNemar {_num(b, 0)} / {_num(c, 0)})"
-    return _p(stat.get("p"), number(t.get("n")))
+        return f"{_p(mc.get('p'), b + c)} (McNemar {_num(b, 0)} / {_num(c, 0)})"
+    own = number(stat.get("n"))
+    return _p(stat.get("p"), own if own is not None else number(t.get("n")))
 
 
 def _diff(stat: Mapping) -> str:
@@ -384,7 +388,8 @@ def _paired_table(paired: Mapping | None, why: str | None) -> list[str]:
              "favours the reference); paired bootstrap 95% interval; MDD: the smallest true Δ this n finds with 80% "
              "power. p: McNemar's exact test for per-claim yes/no metrics (accuracy, citing, grounded; b / c: claims "
              "only the reference / only the system gets), never below 2 × 0.5^(b + c); else the bootstrap's, shown "
-             "no lower (≥) than 2 × 0.5^n. Bold: p < 0.05.", "",
+             "no lower (≥) than 2 × 0.5^n for the n claims that metric counts (EHR: those where either cites). "
+             "Bold: p < 0.05.", "",
              "| dataset | comparison | n | metric | Δ [95% CI] | p | MDD |", "|---|---|---:|---|---:|---:|---:|"]
     for dataset, system, t in rows:
         n = number(t.get("n"))

@@ -122,7 +122,11 @@ class LocalIndex:
             count = _write(index, articles, upsert=False, progress=progress, threads=threads, heap_mb=heap_mb)
             del index  # release the files before the directory moves
             meta = _build_meta(count, digest)
-            name_segments(staging, meta["content_digest"])
+            segments = name_segments(staging, meta["content_digest"])
+            if segments > 1:  # the same articles, other bytes next time (local_files.name_segments)
+                log.warning("the index has %d segments (%d writer threads): the same articles give other bytes in "
+                            "another build, so DVC sees a new index and reruns what follows; one thread (evidence."
+                            "threads: 1) writes one segment for a corpus the size of SciFact's", segments, threads)
             write_json_atomic(staging / META_FILE, meta)
             if path.exists():
                 shutil.rmtree(path)

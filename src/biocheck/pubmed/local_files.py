@@ -75,13 +75,17 @@ def expected_files(path: Path) -> list[str]:
     return names
 
 
-def name_segments(path: Path, content_digest: str) -> None:
-    """Give the segments of the closed index at `path` names made from `content_digest` (what it holds).
+def name_segments(path: Path, content_digest: str) -> int:
+    """Give the segments of the closed index at `path` names made from `content_digest` (what it holds); return
+    how many there are.
 
     tantivy names a segment by a random UUID and lists its files in `.managed.json` in hash-set order, so
     two builds of the same articles would differ in file names and bytes, and DVC would see a new index
     every time. The segments' own bytes do not hold their names: renaming the files and rewriting both
-    lists is all it takes.
+    lists is all it takes. Which documents land in which segment is the same from build to build only with
+    one segment: several writer threads share the documents out as they come free, and one thread with more
+    documents than its memory holds writes several segments that tantivy merges in the background, as timing
+    allows (measured: 4 threads on 5,000 abstracts, 4 segments of other sizes each build).
     """
     meta_file, managed_file = path / "meta.json", path / ".managed.json"
     meta_text = meta_file.read_text(encoding="utf-8")
@@ -95,6 +99,7 @@ def name_segments(path: Path, content_digest: str) -> None:
         managed = [new.hex + name[len(old.hex):] if name.startswith(old.hex) else name for name in managed]
     meta_file.write_text(meta_text, encoding="utf-8")
     managed_file.write_text(json.dumps(sorted(managed), separators=(",", ":")), encoding="utf-8")
+    return len(json.loads(meta_text)["segments"])
 
 
 def _check_file(file: Path) -> None:

@@ -201,6 +201,25 @@ class TimedMixin:
         return out
 
 
+def is_timing(key: str) -> bool:
+    """A logged value that measures this machine's speed, not the training: TRL's `step_time`, our
+    `time/generation_s`, the Trainer's `eval_runtime` and `..._per_second` (with or without `eval_`)."""
+    return key.endswith(("step_time", "_runtime", "_per_second")) or "time/" in key
+
+
+class PortableStateMixin:
+    """Keeps the timings out of `trainer_state.json`: each checkpoint is a DVC output hashed into dvc.lock, and the
+    same inputs must give the same bytes on any machine. The callbacks (MLflow, the console) still get every
+    value: the timings are dropped from the state's copy after they were logged."""
+
+    def log(self, logs, start_time=None):  # type: ignore[override]
+        history = self.state.log_history
+        first = len(history)
+        super().log(logs, start_time)
+        for i in range(first, len(history)):
+            history[i] = {k: v for k, v in history[i].items() if not is_timing(k)}
+
+
 class GroupStatsMixin:
     """Adds the reward bank's statistics of each scored batch (reward_funcs.group_stats: per term, the share of
     groups in which it varies and its mean within-group std; the funnel's shares) to the step's metrics, so they
@@ -331,7 +350,7 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
 
     bank_ = bank
 
-    class BioCheckGRPOTrainer(ConsoleMixin, NoEvalLossMixin, GroupStatsMixin, TimedMixin, UnknownToolsMixin,
+    class BioCheckGRPOTrainer(PortableStateMixin, ConsoleMixin, NoEvalLossMixin, GroupStatsMixin, TimedMixin, UnknownToolsMixin,
                               GenerationCopyMixin, PromptCacheMixin, CDFSamplingMixin, SharedPrefixMixin, GRPOTrainer):
         console = TrainProgress(bar=progress, every=progress_every(cfg))
         bank = bank_
