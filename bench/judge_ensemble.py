@@ -38,6 +38,9 @@ sys.path.insert(0, str(REPO / "bench"))
 VARIANTS = ("single", "all", "top5")
 LEVER = "citing64_quote_sentence_judge"  # bench/levers.py: the start and judge settings of the smol profile
 LABELS = ("SUPPORTED", "REFUTED")
+# a bound, not a judge: every citation that a judge of quotes is shown is credited when filed on the claim's gold
+# side; where R_evidence does not vary even then, no judge can make it vary (the policy is the bottleneck)
+ORACLE = "gold_side_bound"
 
 
 def fit_variants(x_train: Any, y: Any, folds: Any) -> tuple[dict[str, list[int]], dict[int, Any], dict[str, Any]]:
@@ -143,9 +146,13 @@ def rescore(p: dict[str, Any], judge_model: Any, heads: dict, variants: dict[str
     x = batch_features(judge_model.model, rows, judge_model.pad_id, 4) if rows else None
     out: dict[str, Any] = {"claims": {cid: c.label.value for cid, c in by_id.items()}, "pairs": len(rows),
                            "variants": {}}
-    for name, layers in variants.items():
+    gold = {c.claim: c.label.value for c in by_id.values()}
+    for name, layers in {**variants, ORACLE: []}.items():
         table = {}
-        if x is not None:
+        if x is not None and name == ORACLE:  # s = 1 for the claim's gold label, whatever the citation shows
+            table = {(c, a.pmid, a.title, a.abstract): {**dict.fromkeys(KEYS, 0.0), gold[c]: 1.0}
+                     for c, a in recorder.asked}
+        elif x is not None:
             for (c, a), row in zip(recorder.asked, probs(heads, x, layers).tolist(), strict=True):
                 table[(c, a.pmid, a.title, a.abstract)] = clean_scores(dict(zip(KEYS, row, strict=True)))
         scored = score_many(views, reward, _Lookup(table))
@@ -213,19 +220,24 @@ def run(project: Path, claims: list[int], seed: int | None, scratch: Path) -> di
     return result
 
 
+def _shares(result: dict[str, Any], name: str) -> list[str]:
+    """'S varying/groups / R varying/groups' of variant `name`, one cell per audit."""
+    return [" / ".join("{}/{}".format(*a["variants"][name]["varies"][lab]) for lab in LABELS)
+            for a in result["audits"].values()]
+
+
 def table(result: dict[str, Any]) -> str:
     head = ("| judge | layers | grouped CV acc. (train pairs) | test acc. / S recall / R recall (pairs) | "
             + " | ".join(f"R_evidence varies S / R ({k})" for k in result["audits"]) + " |")
     lines = [head, "|" + "---|" * (4 + len(result["audits"]))]
     for name in VARIANTS:
-        t = result["test"][name]
-        layers = result["layers"][name]
+        t, layers = result["test"][name], result["layers"][name]
         shown = "all 30" if len(layers) == 30 else ", ".join(map(str, layers))
-        cells = [f"{a['variants'][name]['varies']['SUPPORTED'][0]}/{a['variants'][name]['varies']['SUPPORTED'][1]} / "
-                 f"{a['variants'][name]['varies']['REFUTED'][0]}/{a['variants'][name]['varies']['REFUTED'][1]}"
-                 for a in result["audits"].values()]
         lines.append(f"| {name} | {shown} | {result['cv_accuracy'][name]:.3f} | {t['accuracy']:.3f} / "
-                     f"{t['recall']['SUPPORTED']:.2f} / {t['recall']['REFUTED']:.2f} ({t['n']}) | " + " | ".join(cells) + " |")
+                     f"{t['recall']['SUPPORTED']:.2f} / {t['recall']['REFUTED']:.2f} ({t['n']}) | "
+                     + " | ".join(_shares(result, name)) + " |")
+    lines.append(f"| {ORACLE} (every right-side citation credited) | - | - | - | "
+                 + " | ".join(_shares(result, ORACLE)) + " |")
     return "\n".join(lines)
 
 
