@@ -812,9 +812,11 @@ def evaluate(
     out: Annotated[Path | None, typer.Option(
         help="Ad-hoc run: write everything under this folder instead of eval/, metrics/ and reports/.")] = None,
     model: Annotated[str | None, typer.Option(
-        help="The model the eg_grpo system runs: champion (the selected EG-GRPO checkpoint), challenger (the "
-             "selected outcome-only one), base, a model folder, or a backend spec such as openai:NAME "
-             "[default: champion]. Use with --out to keep the pipeline's results.")] = None,
+        help="The model the eg_grpo system runs: selected (models/selected, the newest EG-GRPO selection), "
+             "outcome_only (models/selected_outcome_only), base, champion (the registry's champion, "
+             "select.registered_model), a model folder, or a spec such as openai:NAME or "
+             "models:/biocheck-agent@challenger [default: selected]. Use with --out to keep the pipeline's "
+             "results.")] = None,
     eqs_judge: Annotated[str | None, typer.Option(
         "--eqs-judge", help="The judge that scores EQS, a spec such as transformers:models/judge_eqs "
                             "[default: evaluate.eqs_judge, else reward.judge].")] = None,
@@ -831,7 +833,9 @@ def evaluate(
     scores, each with its interval and n), reports/eval_paired.json (eg_grpo against each system, paired by
     claim: bootstrap differences with p and the minimum detectable difference, McNemar), the headline
     numbers DVC shows (metrics/eval/<dataset>/<system>.json), plot data, the gallery
-    reports/eval/index.html, and one MLflow run per system and dataset (experiment biocheck-eval).
+    reports/eval/index.html, and one MLflow run per system and dataset (experiment biocheck-eval): its
+    model_alias names the model it ran (selected, outcome_only, base, champion) and its tag registry_aliases
+    the registry's aliases of those weights (e.g. challenger alone: a selection that did not become champion).
     """
     from biocheck.pipeline import evaluate_stage
 
@@ -1184,7 +1188,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "train": ("biocheck train --variant outcome_only --max-steps 2 --out-dir /tmp/ckpt",),
     "select": ("biocheck select --variant outcome_only --no-register",),
     "evaluate": ("biocheck evaluate --systems eg_grpo,outcome_only --datasets scifact --limit 50 --out runs/cmp",
-                 "biocheck evaluate --model challenger --out runs/challenger",
+                 "biocheck evaluate --systems eg_grpo --model champion --out runs/champion",
                  "biocheck evaluate --eqs-judge transformers:models/judge_eqs --out runs/second-judge"),
     "data fetch": ("BIOCHECK_DATA_MIRROR=/mnt/mirror biocheck data fetch", "biocheck data fetch --force"),
     "data prepare": ("biocheck data prepare --out-dir /tmp/prepared",),
