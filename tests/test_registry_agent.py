@@ -1,8 +1,8 @@
 """The registered model is the agent, and `champion` moves only through a gate: `select` registers each
 selection as the `challenger` with its validation results; `champion` follows only a challenger that beats it
 on the validation reward (the comparison recorded on the version) or `biocheck model promote`; the registered
-version, served by MLflow's own scoring server, answers a claim with the report; `biocheck check` without a
-local model runs the champion and says which version."""
+version, served by MLflow's own scoring server (in-process, and `mlflow models serve` in a slow test), answers a
+claim with the report; `biocheck check` without --llm runs the champion before models/selected and says which."""
 
 from __future__ import annotations
 
@@ -120,18 +120,47 @@ def test_the_champion_served_by_mlflows_scoring_server_answers_with_a_report(ser
     assert bad.status_code >= 400 and "non-empty 'claim'" in bad.text
 
 
-def test_check_without_a_local_model_runs_the_champion_and_says_which(served, tmp_path, monkeypatch):
+def _check_params(tmp_path, selected):
     import yaml
 
     from tests.conftest import REPO
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["evidence"]["index_dir"] = str(tmp_path / "moved-index")
-    params["select"]["out_dir"] = str(tmp_path / "no-local-selection")
+    params["select"]["out_dir"] = str(selected)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+
+
+def _model_line(output: str) -> str:
+    [line] = [x for x in output.splitlines() if x.startswith("model: ")]  # one line says which model
+    return line
+
+
+def test_check_without_a_local_model_runs_the_champion_and_says_which(served, tmp_path, monkeypatch):
+    _check_params(tmp_path, tmp_path / "no-local-selection")
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--max-searches", "1", "--format", "json"])
     assert r.exit_code == 0, r.output
-    assert f"the registry's champion ({NAME} version {served.version})" in r.output
+    assert f"the registry's champion ({NAME} version {served.version})" in _model_line(r.output)
     assert served.tags["model_fingerprint"] in r.output
     assert model_fingerprint(tmp_path / "selected-ckpt") == served.tags["model_fingerprint"]
+
+
+def test_check_prefers_the_champion_to_models_selected_and_falls_back_to_it(served, tmp_path, monkeypatch):
+    """models/selected is the newest selection, not a model the user gave: the registry's champion comes first;
+    with no champion to read (tracking off) the selection runs, and stderr says why."""
+    selected = tmp_path / "selected-ckpt"  # the selection select left behind, a model folder
+    _check_params(tmp_path, selected)
+    monkeypatch.chdir(tmp_path)
+    args = ["check", "Vitamin D prevents fractures.", "--max-searches", "0", "--format", "json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    line = _model_line(r.output)
+    assert f"from the registry's champion ({NAME} version {served.version})" in line
+    assert f"models:/{NAME}@champion" in json.loads(r.stdout)["meta"]["llm"]
+    monkeypatch.setenv("BIOCHECK_TRACKING", "off")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    line = _model_line(r.output)
+    assert "from the selected checkpoint (biocheck select; no champion from the model registry)" in line
+    assert json.loads(r.stdout)["meta"]["llm"] == f"transformers:{selected.as_posix()}"

@@ -479,8 +479,9 @@ def check(
     claim: Annotated[str | None, typer.Argument(help="The claim to fact-check (or use --claims).")] = None,
     llm: Annotated[str | None, typer.Option(
         help="Model spec: transformers:<id|path|models:/NAME@ALIAS>, openai:<model>, vllm:<model>, "
-             "scripted:<file> [default: when agent.llm is the base model, the selected checkpoint (select.out_dir) "
-             "if there is one, else the registry's champion if there is one, else agent.llm].")] = None,
+             "scripted:<file> [default: when agent.llm is the base model, the registry's champion "
+             "(models:/<select.registered_model>@champion) if there is one, else the selected checkpoint "
+             "(select.out_dir) if there is one, else agent.llm].")] = None,
     search_backend: Annotated[Literal[BACKENDS] | None, typer.Option(
         "--search", help="Search backend (see `biocheck search --help`) [default: search.backend].")] = None,
     max_searches: Annotated[int | None, typer.Option(help="Search budget [default: agent.max_searches].")] = None,
@@ -500,6 +501,9 @@ def check(
     a summary and a conclusion (SUPPORTED, REFUTED or NOT ENOUGH INFORMATION). --trace saves the
     episode (messages, tool calls, results, ledger of retrieved papers, raw final text, parsed report,
     parse problems, model and prompt hashes). The model used is said on stderr and named in the report.
+    Which model, when neither --llm nor agent.llm names one other than the base model: the model
+    registry's champion (models:/biocheck-agent@champion) when there is one, else the selected checkpoint
+    (models/selected, the newest selection, champion or not), else models/base.
     If the model fails (server unreachable, prompt longer than its context) the command says so and
     exits 1.
 
@@ -541,14 +545,18 @@ def check(
     todo = _run(read_claims, claims) if claims is not None else None
     p = _run(params_of, params)
     select_cfg = _run(select_config, p)
-    spec, source = choose_llm(llm, _run(raw_section, p, "agent").get("llm"), select_cfg.out_dir)
-    if spec is None and source.startswith("agent.llm (no selected"):  # no local model: the registry's champion
+
+    def champion() -> tuple[str, str] | None:  # models/selected is not a model the user gave: the champion first
+        from biocheck.aliases import CHAMPION
         from biocheck.train.registry import champion_version
 
-        version = champion_version(select_cfg.registered_model)
-        if version is not None:
-            spec = f"transformers:models:/{select_cfg.registered_model}@champion"
-            source = f"the registry's champion ({select_cfg.registered_model} version {version})"
+        name = select_cfg.registered_model
+        version = champion_version(name)
+        if version is None:
+            return None
+        return f"transformers:models:/{name}@{CHAMPION}", f"the registry's {CHAMPION} ({name} version {version})"
+
+    spec, source = choose_llm(llm, _run(raw_section, p, "agent").get("llm"), select_cfg.out_dir, champion)
     agent, agent_cfg, search_cfg = _run(make_agent, p, search={"backend": search_backend}, llm=spec,
                                         max_searches=max_searches, workers=workers)
     model = describe_model(agent.llm.spec, agent.llm_fingerprint)
@@ -1182,6 +1190,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "version": ("biocheck version",),
     "search": ("biocheck search '(statin OR statins) AND myopathy[tiab]' --backend local -n 5",),
     "check": ('biocheck check "Aspirin lowers the risk of a first heart attack." --search replay --trace trace.json',
+              'biocheck check "Statins cause myopathy." --llm transformers:models/selected   # the newest selection',
               "biocheck check --claims data/prepared/scifact/test.jsonl --out runs/check --workers 4"),
     "score": ("biocheck score trace.json --json", "biocheck score --traces runs/check --out runs/check/scores.json"),
     "sft": ("biocheck sft --no-progress",),
