@@ -17,6 +17,7 @@ from rich.text import Text
 from typer._click.exceptions import UsageError as ClickUsageError  # typer vendors Click: its usage errors
 
 from biocheck import __version__
+from biocheck.aliases import CHALLENGER, CHAMPION
 from biocheck.orchestration.pr_comment import Outcome, Remote
 from biocheck.params import load_params, plain
 from biocheck.secrets import redact, redact_logs
@@ -408,7 +409,7 @@ def model_init(
 
 @model_app.command("promote")
 def model_promote(
-    which: Annotated[str, typer.Argument(help="The version to promote: a number or an alias.")] = "challenger",
+    which: Annotated[str, typer.Argument(help="The version to promote: a number or an alias.")] = CHALLENGER,
     name: Annotated[str | None, typer.Option(
         help="The registered model [default: select.registered_model, biocheck-agent].")] = None,
     params: ParamsOpt = Path("params.yaml"),
@@ -547,7 +548,6 @@ def check(
     select_cfg = _run(select_config, p)
 
     def champion() -> tuple[str, str] | None:  # models/selected is not a model the user gave: the champion first
-        from biocheck.aliases import CHAMPION
         from biocheck.train.registry import champion_version
 
         name = select_cfg.registered_model
