@@ -8,8 +8,8 @@ the ordinary evaluation (pipeline.evaluate_stage) over every claim, which finds 
 writes predictions, metrics, plots, gallery and MLflow runs as a serial run does: the same results, each
 episode run once. Workers of an existing cluster must run in the project folder (same paths).
 
-The entrypoint of the on-demand `evaluate` deployment (parameters: systems, datasets, model alias, limit,
-out); standalone: `python flows/evaluate.py [params.yaml] [--systems a,b] [--datasets d] [--model ALIAS]
+The entrypoint of the on-demand `evaluate` deployment (parameters: systems, datasets, model name, limit,
+out); standalone: `python flows/evaluate.py [params.yaml] [--systems a,b] [--datasets d] [--model NAME]
 [--limit N] [--out DIR]` (a failure prints one line and exits 1).
 """
 
@@ -26,6 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from biocheck import tracking
+from biocheck.aliases import EVAL_MODELS, SELECTED
 from biocheck.evaluate.shards import Shard, plan
 from biocheck.io import InputError
 from biocheck.orchestration import entry
@@ -37,7 +38,7 @@ from biocheck.orchestration.artifacts import (
     scores_lines,
 )
 from biocheck.orchestration.dask import task_runner
-from biocheck.pipeline import MODEL_ALIASES, evaluate_setup, evaluate_shard, evaluate_stage, orchestrate_config
+from biocheck.pipeline import evaluate_setup, evaluate_shard, evaluate_stage, orchestrate_config
 from biocheck.wiring import params_of
 
 
@@ -79,7 +80,7 @@ def shards_flow(params: str, shards: list[Shard], out: str | None, model: str | 
 def evaluate_flow(params: str = "params.yaml", systems: list[str] | None = None, datasets: list[str] | None = None,
                   model: str | None = None, limit: int | None = None, out: str | None = None) -> dict:
     """Evaluate `systems` on `datasets` (default: evaluate.systems / evaluate.datasets), the eg_grpo system
-    with `model` (champion, challenger, base, a model folder or a spec; default champion), the first `limit`
+    with `model` (selected, outcome_only, base, champion, a model folder or a spec; default selected), the first `limit`
     claims of each, every output under `out` (default: the DVC paths). Returns the metrics path and each
     system's accuracy and macro-F1 per dataset."""
     # secrets blanked in this run's log lines and in any error leaving it; its MLflow runs tagged with this run
@@ -113,7 +114,7 @@ def _publish(result: dict, metrics_path: str, model: str | None) -> None:
     create_table_artifact(table=metric_rows(result["metrics"]), key=METRICS_KEY, description=METRICS_DESCRIPTION)
     skipped = [f"Skipped: {step} ({why})." for step, why in (result.get("skipped") or {}).items()]
     publish_summary("evaluate-summary", "Evaluation", [
-        f"Model of the eg_grpo system: `{model or 'champion'}`. Every number with its interval: `{metrics_path}`.",
+        f"Model of the eg_grpo system: `{model or SELECTED}`. Every number with its interval: `{metrics_path}`.",
         "", *scores_lines(result["metrics"]), "", *skipped])
 
 
@@ -131,7 +132,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("params", nargs="?", default="params.yaml")
     ap.add_argument("--systems", type=_names, help="comma-separated systems [default: evaluate.systems]")
     ap.add_argument("--datasets", type=_names, help="comma-separated datasets [default: evaluate.datasets]")
-    ap.add_argument("--model", help=f"the eg_grpo system's model: {', '.join(MODEL_ALIASES)} (default champion), "
+    ap.add_argument("--model", help=f"the eg_grpo system's model: {', '.join(EVAL_MODELS)} (default {SELECTED}), "
                                     "a model folder or a spec KIND:REF")
     ap.add_argument("--limit", type=int, help="the first N claims of each dataset")
     ap.add_argument("--out", help="every output under this folder [default: the DVC paths]")

@@ -344,7 +344,13 @@ def test_the_empty_claims_message_says_how_to_write_one(workdir):
     assert '{"claim": ' in assert_one_clear_line(r, "no claims")
 
 
-# -- which model: the selected checkpoint by default, named in the report and on stderr ---------------------------
+# -- which model: the registry's champion, else the selected checkpoint, named in the report and on stderr ---------
+
+@pytest.fixture
+def no_registry(tmp_path, monkeypatch):
+    """A tracking store of this test's own, not created (so no champion): the session's store may hold one."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'no-store' / 'mlflow.db'}")
+
 
 def _selected(workdir, model=None, step: int = 30):
     """models/selected as `biocheck select` leaves it: a copy of `model`, or (never loaded) just its file names."""
@@ -361,7 +367,7 @@ def _selected(workdir, model=None, step: int = 30):
     return selected
 
 
-def test_after_select_check_uses_the_selected_checkpoint_and_names_it(workdir, tiny_model):
+def test_after_select_check_uses_the_selected_checkpoint_and_names_it(workdir, tiny_model, no_registry):
     _selected(workdir, tiny_model, step=30)
     _params(workdir, max_new_tokens=4)  # the random model's words are not the point: keep it quick
     r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--max-searches", "0"])
@@ -370,6 +376,8 @@ def test_after_select_check_uses_the_selected_checkpoint_and_names_it(workdir, t
     assert model_lines and model_lines[0].startswith(
         "**Model:** transformers:models/selected (selected checkpoint, step 30; folder ")
     assert "models/selected" in r.stderr and "selected checkpoint" in r.stderr
+    assert "no champion from the model registry" in r.stderr  # it looked there first
+    assert len([x for x in r.stderr.splitlines() if x.startswith("model: ")]) == 1
 
 
 def test_an_explicit_llm_beats_the_selected_checkpoint(workdir):
@@ -390,7 +398,7 @@ def test_a_non_default_agent_llm_in_params_beats_the_selected_checkpoint(workdir
 
 
 @pytest.mark.parametrize("files", [[], ["config.json"], ["model.safetensors"], ["selection.json"]])
-def test_without_a_model_in_the_selected_folder_agent_llm_is_kept(workdir, files):
+def test_without_a_model_in_the_selected_folder_agent_llm_is_kept(workdir, files, no_registry):
     (workdir / "models" / "selected").mkdir(parents=True)
     for name in files:
         (workdir / "models" / "selected" / name).write_text("{}")
@@ -414,3 +422,14 @@ def test_choose_llm_order(workdir):
     assert choose_llm(None, "openai:x", empty) == (None, "agent.llm")
     assert choose_llm(None, "transformers:models/base", empty)[0] is None
     assert choose_llm(None, None, empty)[0] is None
+    # the registry's champion beats models/selected (not a model the user gave), never --llm or agent.llm
+    champion = ("transformers:models:/biocheck-agent@champion", "the registry's champion (biocheck-agent version 2)")
+    assert choose_llm(None, "transformers:models/base", selected, lambda: champion) == champion
+    assert choose_llm(None, None, empty, lambda: champion) == champion
+    assert choose_llm("scripted:s.json", None, selected, lambda: champion) == ("scripted:s.json", "--llm")
+    assert choose_llm(None, "openai:x", selected, lambda: champion) == (None, "agent.llm")
+    assert choose_llm(None, None, selected, lambda: None) == (
+        f"transformers:{selected.as_posix()}", "the selected checkpoint (biocheck select; no champion from the model "
+        "registry)")
+    assert choose_llm(None, None, empty, lambda: None) == (
+        None, f"agent.llm (no selected checkpoint in {empty.as_posix()} yet; no champion from the model registry)")

@@ -162,7 +162,7 @@ def test_a_shard_of_claims_that_left_the_split_is_one_clear_error(project, serve
     assert not server.requests
 
 
-# --- the model alias ----------------------------------------------------------------------------------
+# --- the model name -----------------------------------------------------------------------------------
 
 @pytest.fixture
 def local_models(project) -> dict:
@@ -176,14 +176,16 @@ def local_models(project) -> dict:
 
 
 @pytest.mark.parametrize("model, spec", [
-    ("champion", "transformers:models/selected"),
-    ("challenger", "transformers:models/selected_outcome_only"),
+    ("selected", "transformers:models/selected"),
+    ("outcome_only", "transformers:models/selected_outcome_only"),
+    ("champion", "transformers:models:/biocheck-agent@champion"),  # the registry's, whatever models/selected holds
+    ("models:/biocheck-agent@challenger", "models:/biocheck-agent@challenger"),  # a spec: as given
     ("base", "transformers:models/base"),
     ("runs/ckpt-7", "transformers:runs/ckpt-7"),
     ("openai:gpt-x", "openai:gpt-x"),
     ("vllm:Qwen/Qwen3-4B", "vllm:Qwen/Qwen3-4B"),
 ])
-def test_model_aliases_resolve_to_the_local_checkpoints(local_models, model, spec):
+def test_model_names_resolve_to_the_local_checkpoints_or_the_registry(local_models, model, spec):
     assert pipeline.eval_model(local_models, model) == spec
 
 
@@ -192,11 +194,15 @@ def test_a_model_folder_runs_where_the_checkpoints_run(local_models, project):
                       ("openai:gpt-x", "transformers:runs/ckpt-7")):  # a hosted model: the folder runs in-process
         local_models["agent"]["llm"] = llm
         assert pipeline.eval_model(local_models, "runs/ckpt-7") == spec
-    assert pipeline.eval_model(local_models, "champion") == "openai:gpt-x"  # hosted: every system runs agent.llm
+    assert pipeline.eval_model(local_models, "selected") == "openai:gpt-x"  # hosted: every system runs agent.llm
 
 
 @pytest.mark.parametrize("model, message", [
-    ("latest", "--model latest: unknown model 'latest'; give an alias (champion, challenger, base)"),
+    ("latest", "--model latest: unknown model 'latest'; give a name (selected, outcome_only, base, champion)"),
+    # the outcome-only model's old name: now the registry's challenger, so never taken silently
+    ("challenger", "--model challenger: 'challenger' no longer names the outcome-only model (the registry's "
+                   "challenger is the newest EG-GRPO selection); give outcome_only for the outcome-only model, or "
+                   "selected (or models:/biocheck-agent@challenger) for the challenger."),
     ("runs/missing", "--model runs/missing: no model folder (config.json) at 'runs/missing'"),
 ])
 def test_an_unknown_model_is_one_clear_error(local_models, model, message):
@@ -205,7 +211,7 @@ def test_an_unknown_model_is_one_clear_error(local_models, model, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_the_alias_is_the_model_the_eg_grpo_system_runs(local_models, project):
+def test_the_name_is_the_model_the_eg_grpo_system_runs(local_models, project):
     import shutil
 
     shutil.rmtree(project / "models/selected")  # no champion yet: the default fails, naming the command
@@ -214,7 +220,7 @@ def test_the_alias_is_the_model_the_eg_grpo_system_runs(local_models, project):
     assert list(pipeline.evaluate_setup("params.yaml", systems=["eg_grpo"], model="base").systems) == ["eg_grpo"]
     shutil.rmtree(project / "models/selected_outcome_only")
     with pytest.raises(InputError, match=r"run `dvc repro train@outcome_only select@outcome_only` first"):
-        pipeline.evaluate_setup("params.yaml", systems=["eg_grpo"], model="challenger")
+        pipeline.evaluate_setup("params.yaml", systems=["eg_grpo"], model="outcome_only")
 
 
 # --- the flow's command line (fails before Prefect starts) --------------------------------------------
@@ -223,6 +229,7 @@ def test_the_alias_is_the_model_the_eg_grpo_system_runs(local_models, project):
     (["--systems", "base,gpt5"], "--systems base,gpt5: systems: unknown 'gpt5'; choose from base, eg_grpo"),
     (["--datasets", "pubmed"], "--datasets pubmed: datasets: unknown 'pubmed'; choose from scifact, healthfc"),
     (["--model", "latest"], "--model latest: unknown model 'latest'"),
+    (["--model", "challenger"], "--model challenger: 'challenger' no longer names the outcome-only model"),
     (["--limit", "0"], "--limit 0: evaluate.limit must be >= 1, not 0"),
     (["--limit", "many"], "argument --limit: invalid int value: 'many'"),
 ])

@@ -120,7 +120,7 @@ def test_model_chooses_what_eg_grpo_runs_and_a_bad_alias_is_one_line(project):
              .read_text().splitlines()]
     assert {p["pred"] for p in preds} == {"REFUTED"}  # the given model, not agent.llm's script (SUPPORTED)
     r = runner.invoke(app, [*args, "--model", "championn"])
-    assert r.exit_code == 1 and "championn" in r.output and "champion, challenger, base" in r.output
+    assert r.exit_code == 1 and "championn" in r.output and "selected, outcome_only, base, champion" in r.output
     assert "Traceback" not in r.output
 
 

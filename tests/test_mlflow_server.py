@@ -207,7 +207,7 @@ def test_every_evaluation_run_has_the_same_metric_keys_and_the_shared_tags(evalu
         assert {k: p[k] for k in SCOPE_PARAMS} == {k: t[k] for k in SCOPE_PARAMS}
         assert (p["system"], p["dataset"]) == (t["system"], t["dataset"]) and "systems" not in p
         if not EXTERNAL_DB:  # eg_grpo ran a model given as a spec (no alias); base the base model
-            assert p["model_alias"] == {"eg_grpo": "none", "outcome_only": "challenger", "base": "base"}.get(
+            assert p["model_alias"] == {"eg_grpo": "none", "outcome_only": "outcome_only", "base": "base"}.get(
                 p["system"], "none")
         assert t["model_fingerprint"] not in ("", "unknown") and t["prompt_hash"] not in ("", "unknown")
 

@@ -214,11 +214,12 @@ def test_dvc_stages_match_the_cli_params_and_configs():
 
 
 @pytest.mark.parametrize("model, alias", [
-    ("challenger", "challenger"), ("models:/biocheck-agent@challenger", "challenger"),
+    ("selected", "selected"), ("outcome_only", "outcome_only"), ("champion", "champion"),
+    ("models:/biocheck-agent@challenger", "challenger"), ("models:/biocheck-agent@outcome_only", "outcome_only"),
     ("transformers:models:/biocheck-agent@champion", "champion"), ("models:/someone-else@champion", "none"),
     ("models:/biocheck-agent/3", "none"), ("models/selected", "none")])
 def test_the_model_alias_an_evaluation_logs_is_the_one_its_model_names(model, alias):
-    """`evaluate --model` by alias or by registry URI logs that alias (MLflow `model_alias`), anything else none."""
+    """`evaluate --model` by name or by registry URI logs that name (MLflow `model_alias`), anything else none."""
     from biocheck.pipeline import _model_alias
 
     assert _model_alias(model, "biocheck-agent") == alias

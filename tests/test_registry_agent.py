@@ -1,8 +1,8 @@
 """The registered model is the agent, and `champion` moves only through a gate: `select` registers each
 selection as the `challenger` with its validation results; `champion` follows only a challenger that beats it
 on the validation reward (the comparison recorded on the version) or `biocheck model promote`; the registered
-version, served by MLflow's own scoring server, answers a claim with the report; `biocheck check` without a
-local model runs the champion and says which version."""
+version, served by MLflow's own scoring server (in-process, and `mlflow models serve` in a slow test), answers a
+claim with the report; `biocheck check` without --llm runs the champion before models/selected and says which."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from biocheck.cli import app
+from biocheck.labels import Label
 from biocheck.llm.load import model_fingerprint
 from biocheck.train.select import SelectConfig, select
 from biocheck.wiring.served import ServeConfig
@@ -120,18 +121,125 @@ def test_the_champion_served_by_mlflows_scoring_server_answers_with_a_report(ser
     assert bad.status_code >= 400 and "non-empty 'claim'" in bad.text
 
 
-def test_check_without_a_local_model_runs_the_champion_and_says_which(served, tmp_path, monkeypatch):
+def _check_params(tmp_path, selected):
     import yaml
 
     from tests.conftest import REPO
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["evidence"]["index_dir"] = str(tmp_path / "moved-index")
-    params["select"]["out_dir"] = str(tmp_path / "no-local-selection")
+    params["select"]["out_dir"] = str(selected)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+
+
+def _model_line(output: str) -> str:
+    [line] = [x for x in output.splitlines() if x.startswith("model: ")]  # one line says which model
+    return line
+
+
+def test_check_without_a_local_model_runs_the_champion_and_says_which(served, tmp_path, monkeypatch):
+    _check_params(tmp_path, tmp_path / "no-local-selection")
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--max-searches", "1", "--format", "json"])
     assert r.exit_code == 0, r.output
-    assert f"the registry's champion ({NAME} version {served.version})" in r.output
+    assert f"the registry's champion ({NAME} version {served.version})" in _model_line(r.output)
     assert served.tags["model_fingerprint"] in r.output
     assert model_fingerprint(tmp_path / "selected-ckpt") == served.tags["model_fingerprint"]
+
+
+def test_check_prefers_the_champion_to_models_selected_and_falls_back_to_it(served, tmp_path, monkeypatch):
+    """models/selected is the newest selection, not a model the user gave: the registry's champion comes first;
+    with no champion to read (tracking off) the selection runs, and stderr says why."""
+    selected = tmp_path / "selected-ckpt"  # the selection select left behind, a model folder
+    _check_params(tmp_path, selected)
+    monkeypatch.chdir(tmp_path)
+    args = ["check", "Vitamin D prevents fractures.", "--max-searches", "0", "--format", "json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    line = _model_line(r.output)
+    assert f"from the registry's champion ({NAME} version {served.version})" in line
+    assert f"models:/{NAME}@champion" in json.loads(r.stdout)["meta"]["llm"]
+    monkeypatch.setenv("BIOCHECK_TRACKING", "off")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    line = _model_line(r.output)
+    assert "from the selected checkpoint (biocheck select; no champion from the model registry)" in line
+    assert json.loads(r.stdout)["meta"]["llm"] == f"transformers:{selected.as_posix()}"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc) -> None:
+    """End the server and the workers it started (its own process group), whatever happened."""
+    import os
+    import signal
+    import subprocess
+
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=20)
+
+
+@pytest.mark.slow  # a real server process: MLflow, torch and the agent load in it (about 30-60 s here)
+def test_mlflow_models_serve_answers_a_claim_with_the_champions_report(served, tmp_path):
+    """The command docs/mlflow.md gives, as a user runs it: `mlflow models serve -m models:/NAME@champion
+    --env-manager local` on a free port, a claim POSTed to /invocations, the report parsed from the answer."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    from tests.conftest import REPO
+
+    port = _free_port()
+    # as in an activated venv: MLflow runs `uvicorn` from PATH; this checkout's BioCheck loads the model
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{NAME}@champion",
+             "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port), "-w", "1"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):  # up to about 5 minutes for the server to load the model, on a busy machine
+            assert proc.poll() is None, f"the server exited ({proc.returncode}):\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(f"{base}/ping", timeout=2) as ping:
+                    if ping.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"the server never answered /ping:\n{log.read_text()[-3000:]}")
+        claim = "Vitamin D prevents fractures."
+        request = urllib.request.Request(f"{base}/invocations", method="POST",
+                                         data=json.dumps({"dataframe_records": [{"claim": claim}]}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as response:
+            answer = json.loads(response.read())
+        (row,) = answer["predictions"]
+        report = json.loads(row["report"])
+        assert report["claim"] == claim
+        assert set(report["report"]) >= {"supporting", "refuting", "summary", "conclusion"}
+        # a label, or none with the parse problems that say why (the tiny random model rarely writes one)
+        assert report["report"]["conclusion"] in {label.value for label in Label} or (
+            report["report"]["conclusion"] is None and report["problems"] and not report["ok"])
+        assert report["meta"]["llm_fingerprint"] == served.tags["model_fingerprint"]  # the champion's weights
+    finally:
+        _stop(proc)
+    assert proc.poll() is not None  # nothing left running

@@ -1,7 +1,8 @@
 """The evaluation and the model registry in MLflow: `evaluate` with one `eval <system> <dataset>` child per
 pair (test splits as datasets, identical metric keys), nested in its pipeline's parent; `select` registering
 a version tagged with its validation reward, step and run link under champion/challenger; the evaluation's
-metrics written onto the version the evaluated system really ran (by model fingerprint), and only that one."""
+runs named for the model they ran (`selected`, not `champion`) and tagged with the registry's aliases of those
+weights (by model fingerprint), and the metrics written onto the versions the evaluated system really ran only."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import yaml
 
 from biocheck import tracking
 from biocheck.evaluate.compare import RUN_METRICS, tag_registered_versions
+from biocheck.io import InputError
 from biocheck.pipeline import evaluate_config, evaluate_stage, select_stage
 from biocheck.tracking import tracking_uri
 from biocheck.wiring import params_of
@@ -69,8 +71,9 @@ def test_evaluation_metrics_go_onto_the_version_that_was_evaluated_only(register
     ran = {"eg_grpo": {"model_fingerprint": champion.tags["model_fingerprint"]},
            "outcome_only": {"model_fingerprint": "another-model"}}
     caplog.set_level(logging.INFO, logger="biocheck")
-    with tracking.context(registered_model=registered, aliases={"eg_grpo": "champion", "outcome_only": "outcome_only"}):
-        assert tag_registered_versions(metrics, ran, "run-1") == ["champion"]
+    with tracking.context(registered_model=registered, model_aliases={"eg_grpo": "selected", "outcome_only": "outcome_only"}):
+        # one version (the first selection is champion and challenger): its metrics once, both aliases named
+        assert tag_registered_versions(metrics, ran, "run-1") == ["champion", "challenger"]
     tags = client.get_model_version(registered, champion.version).tags
     assert {k: v for k, v in tags.items() if k.startswith("eval")} == {"eval_run": "runs:/run-1"}
     metrics = client.get_logged_model(tracking.version_model_id(champion)).metrics  # metrics of the logged model
@@ -79,7 +82,7 @@ def test_evaluation_metrics_go_onto_the_version_that_was_evaluated_only(register
     challenger = client.get_model_version_by_alias(registered, "outcome_only")
     assert not [k for k in challenger.tags if k.startswith("eval")]
     assert not client.get_logged_model(tracking.version_model_id(challenger)).metrics
-    assert "is not the model outcome_only ran" in caplog.text
+    assert "holds the model outcome_only ran (fingerprint another-model)" in caplog.text
 
 
 def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(registered, client, monkeypatch):
@@ -122,10 +125,12 @@ def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(regis
         [inp] = run.inputs.dataset_inputs
         assert inp.dataset.name == f"{dataset}/test" and inp.dataset.digest == logged[f"{dataset}/test"]
         # system, dataset and model alias are params (compare-view axes), its own only: not every system's
-        alias = {"eg_grpo": "champion", "no_retrieval": "none"}[system]
+        alias = {"eg_grpo": "selected", "no_retrieval": "none"}[system]  # eg_grpo ran models/selected's place
         params = run.data.params
         assert (params["system"], params["dataset"], params["model_alias"]) == (system, dataset, alias)
         assert tags["model_alias"] == alias and "systems" not in params and "datasets" not in params
+        # the scripted model is no registered version's
+        assert (tags["registry_aliases"], tags["registry_versions"]) == ("none", "none")
         assert set(run.data.metrics) == set(RUN_METRICS)  # the headline numbers only, the same keys everywhere
         assert {"accuracy", "macro_f1", "eqs", "ehr", "n", "ehr_n", "eqs_n"} <= set(run.data.metrics)
         details = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/metrics.json"))
@@ -155,6 +160,13 @@ def test_evaluate_tags_the_champion_version_it_ran(registered, client, monkeypat
     client.set_model_version_tag(registered, champion.version, "model_fingerprint", ran)
     evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
     tags = client.get_model_version(registered, champion.version).tags
+    again = {r.info.run_name: r for r in client.search_runs([exp], filter_string=f"tags.pipeline_id = '{pid}'",
+                                                             order_by=["attributes.start_time DESC"])
+             if r.info.run_id not in {x.info.run_id for x in runs}}
+    # the first selection is champion and challenger: its runs say both, and that version
+    assert again["eval eg_grpo scifact"].data.tags["registry_aliases"] == "champion,challenger"
+    assert again["eval eg_grpo scifact"].data.tags["registry_versions"] == str(champion.version)
+    assert again["eval no_retrieval scifact"].data.tags["registry_aliases"] == "none"
     accuracy = client.get_run(by_name["eval eg_grpo healthfc"].info.run_id).data.metrics["accuracy"]
     logged = {m.key: m for m in client.get_logged_model(tracking.version_model_id(champion)).metrics}
     assert logged["healthfc.accuracy"].value == pytest.approx(accuracy) and logged["scifact.n"].value == 3
@@ -166,15 +178,52 @@ def project_split(dataset: str) -> Path:
     return Path("data") / "prepared" / dataset / "test.jsonl"
 
 
-def test_evaluating_the_challenger_is_logged_under_its_alias(registered, client, monkeypatch):
-    """`evaluate --model challenger` runs the eg_grpo system on the challenger's weights: its runs say so
-    (param and tag model_alias), so a filter on the champion's runs leaves them out."""
+def test_evaluating_the_outcome_only_model_is_logged_under_its_name(registered, client, monkeypatch):
+    """`evaluate --model outcome_only` runs the eg_grpo system on the outcome-only weights: its runs say so
+    (param and tag model_alias), so a filter on the newest selection's runs leaves them out; the old name of
+    that model, `challenger` (now the registry's newest EG-GRPO selection), is refused in one line."""
     pid = f"test-{uuid.uuid4().hex}"
     monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
-    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo"], model="challenger")
+    with pytest.raises(InputError, match=r"^--model challenger: 'challenger' no longer names the outcome-only "
+                                         r"model .*give outcome_only for the outcome-only model"):
+        evaluate_stage("params.yaml", progress=False, systems=["eg_grpo"], model="challenger")
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo"], model="outcome_only")
     exp = client.get_experiment_by_name("biocheck-eval").experiment_id
     scope = f"tags.pipeline_id = '{pid}' and params.system = 'eg_grpo'"
     runs = client.search_runs([exp], filter_string=scope)
     assert sorted(r.data.params["dataset"] for r in runs) == ["healthfc", "scifact"]
-    assert {(r.data.params["model_alias"], r.data.tags["model_alias"]) for r in runs} == {("challenger", "challenger")}
-    assert client.search_runs([exp], filter_string=f"{scope} and params.model_alias = 'champion'") == []
+    assert {(r.data.params["model_alias"], r.data.tags["model_alias"]) for r in runs} == {
+        ("outcome_only", "outcome_only")}
+    assert client.search_runs([exp], filter_string=f"{scope} and params.model_alias = 'selected'") == []
+
+
+def test_a_selection_that_lost_to_the_champion_is_evaluated_as_the_challenger(registered, client, monkeypatch):
+    """The newest selection is worse than the champion, so the champion stays; evaluate runs models/selected
+    (that selection) and its runs say what it is: model_alias `selected`, registry_aliases `challenger` (not
+    the champion), and its numbers go onto the challenger's version, never the champion's."""
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    params["train"]["out_dir"] = str(_fake_checkpoints(Path("ckpt_worse"), {10: 0.3}))  # champion's: 0.5
+    Path("params.yaml").write_text(yaml.safe_dump(params))
+    worse = select_stage("params.yaml")["registered"]
+    champion = client.get_model_version_by_alias(registered, "champion")
+    assert not worse["promoted"] and champion.version != worse["version"]
+    assert client.get_model_version_by_alias(registered, "challenger").version == worse["version"]
+    pid = f"test-{uuid.uuid4().hex}"
+    monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo"])
+    exp = client.get_experiment_by_name("biocheck-eval").experiment_id
+    [run, *_] = client.search_runs([exp], filter_string=f"tags.pipeline_id = '{pid}' and tags.system = 'eg_grpo'")
+    # the scripted project's eg_grpo model stands in for models/selected: give the challenger its fingerprint
+    client.set_model_version_tag(registered, worse["version"], "model_fingerprint", run.data.tags["model_fingerprint"])
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo"])
+    runs = client.search_runs([exp], filter_string=f"tags.pipeline_id = '{pid}' and tags.system = 'eg_grpo'")
+    assert sorted((r.data.tags["registry_aliases"], r.data.params["dataset"]) for r in runs) == [
+        ("challenger", "healthfc"), ("challenger", "scifact"), ("none", "healthfc"), ("none", "scifact")]
+    for r in runs:  # the newest selection, by name; the registry's alias of its weights, by fingerprint
+        assert r.data.params["model_alias"] == r.data.tags["model_alias"] == "selected"
+        assert r.data.tags["registry_versions"] in ("none", str(worse["version"]))
+    assert client.search_runs([exp], filter_string=f"tags.pipeline_id = '{pid}' and "
+                                                   "tags.registry_aliases LIKE '%champion%'") == []
+    assert client.get_model_version_by_alias(registered, "champion").version == champion.version  # unchanged
+    assert "eval_run" not in client.get_model_version(registered, champion.version).tags
+    assert client.get_model_version(registered, worse["version"]).tags["eval_run"].startswith("runs:/")

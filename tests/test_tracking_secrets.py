@@ -45,7 +45,8 @@ def test_tracked_stages_store_no_secret(project, monkeypatch, tmp_path):  # noqa
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["train"]["out_dir"] = str(_fake_checkpoints(project / "ckpt", {10: 0.3}))
     (project / "params.yaml").write_text(yaml.safe_dump(params))
-    assert select_stage("params.yaml")["registered"]["alias"] == "champion"
+    registered = select_stage("params.yaml")["registered"]
+    assert (registered["alias"], registered["promoted"]) == ("challenger", True)  # the first: champion too
     evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
 
     # the runs are there, with the secret in the config blanked

@@ -17,6 +17,7 @@ from rich.text import Text
 from typer._click.exceptions import UsageError as ClickUsageError  # typer vendors Click: its usage errors
 
 from biocheck import __version__
+from biocheck.aliases import CHALLENGER, CHAMPION
 from biocheck.orchestration.pr_comment import Outcome, Remote
 from biocheck.params import load_params, plain
 from biocheck.secrets import redact, redact_logs
@@ -408,7 +409,7 @@ def model_init(
 
 @model_app.command("promote")
 def model_promote(
-    which: Annotated[str, typer.Argument(help="The version to promote: a number or an alias.")] = "challenger",
+    which: Annotated[str, typer.Argument(help="The version to promote: a number or an alias.")] = CHALLENGER,
     name: Annotated[str | None, typer.Option(
         help="The registered model [default: select.registered_model, biocheck-agent].")] = None,
     params: ParamsOpt = Path("params.yaml"),
@@ -479,8 +480,9 @@ def check(
     claim: Annotated[str | None, typer.Argument(help="The claim to fact-check (or use --claims).")] = None,
     llm: Annotated[str | None, typer.Option(
         help="Model spec: transformers:<id|path|models:/NAME@ALIAS>, openai:<model>, vllm:<model>, "
-             "scripted:<file> [default: when agent.llm is the base model, the selected checkpoint (select.out_dir) "
-             "if there is one, else the registry's champion if there is one, else agent.llm].")] = None,
+             "scripted:<file> [default: when agent.llm is the base model, the registry's champion "
+             "(models:/<select.registered_model>@champion) if there is one, else the selected checkpoint "
+             "(select.out_dir) if there is one, else agent.llm].")] = None,
     search_backend: Annotated[Literal[BACKENDS] | None, typer.Option(
         "--search", help="Search backend (see `biocheck search --help`) [default: search.backend].")] = None,
     max_searches: Annotated[int | None, typer.Option(help="Search budget [default: agent.max_searches].")] = None,
@@ -500,6 +502,9 @@ def check(
     a summary and a conclusion (SUPPORTED, REFUTED or NOT ENOUGH INFORMATION). --trace saves the
     episode (messages, tool calls, results, ledger of retrieved papers, raw final text, parsed report,
     parse problems, model and prompt hashes). The model used is said on stderr and named in the report.
+    Which model, when neither --llm nor agent.llm names one other than the base model: the model
+    registry's champion (models:/biocheck-agent@champion) when there is one, else the selected checkpoint
+    (models/selected, the newest selection, champion or not), else models/base.
     If the model fails (server unreachable, prompt longer than its context) the command says so and
     exits 1.
 
@@ -541,14 +546,17 @@ def check(
     todo = _run(read_claims, claims) if claims is not None else None
     p = _run(params_of, params)
     select_cfg = _run(select_config, p)
-    spec, source = choose_llm(llm, _run(raw_section, p, "agent").get("llm"), select_cfg.out_dir)
-    if spec is None and source.startswith("agent.llm (no selected"):  # no local model: the registry's champion
+
+    def champion() -> tuple[str, str] | None:  # models/selected is not a model the user gave: the champion first
         from biocheck.train.registry import champion_version
 
-        version = champion_version(select_cfg.registered_model)
-        if version is not None:
-            spec = f"transformers:models:/{select_cfg.registered_model}@champion"
-            source = f"the registry's champion ({select_cfg.registered_model} version {version})"
+        name = select_cfg.registered_model
+        version = champion_version(name)
+        if version is None:
+            return None
+        return f"transformers:models:/{name}@{CHAMPION}", f"the registry's {CHAMPION} ({name} version {version})"
+
+    spec, source = choose_llm(llm, _run(raw_section, p, "agent").get("llm"), select_cfg.out_dir, champion)
     agent, agent_cfg, search_cfg = _run(make_agent, p, search={"backend": search_backend}, llm=spec,
                                         max_searches=max_searches, workers=workers)
     model = describe_model(agent.llm.spec, agent.llm_fingerprint)
@@ -812,9 +820,11 @@ def evaluate(
     out: Annotated[Path | None, typer.Option(
         help="Ad-hoc run: write everything under this folder instead of eval/, metrics/ and reports/.")] = None,
     model: Annotated[str | None, typer.Option(
-        help="The model the eg_grpo system runs: champion (the selected EG-GRPO checkpoint), challenger (the "
-             "selected outcome-only one), base, a model folder, or a backend spec such as openai:NAME "
-             "[default: champion]. Use with --out to keep the pipeline's results.")] = None,
+        help="The model the eg_grpo system runs: selected (models/selected, the newest EG-GRPO selection), "
+             "outcome_only (models/selected_outcome_only), base, champion (the registry's champion, "
+             "select.registered_model), a model folder, or a spec such as openai:NAME or "
+             "models:/biocheck-agent@challenger [default: selected]. Use with --out to keep the pipeline's "
+             "results.")] = None,
     eqs_judge: Annotated[str | None, typer.Option(
         "--eqs-judge", help="The judge that scores EQS, a spec such as transformers:models/judge_eqs "
                             "[default: evaluate.eqs_judge, else reward.judge].")] = None,
@@ -831,7 +841,9 @@ def evaluate(
     scores, each with its interval and n), reports/eval_paired.json (eg_grpo against each system, paired by
     claim: bootstrap differences with p and the minimum detectable difference, McNemar), the headline
     numbers DVC shows (metrics/eval/<dataset>/<system>.json), plot data, the gallery
-    reports/eval/index.html, and one MLflow run per system and dataset (experiment biocheck-eval).
+    reports/eval/index.html, and one MLflow run per system and dataset (experiment biocheck-eval): its
+    model_alias names the model it ran (selected, outcome_only, base, champion) and its tag registry_aliases
+    the registry's aliases of those weights (e.g. challenger alone: a selection that did not become champion).
     """
     from biocheck.pipeline import evaluate_stage
 
@@ -1178,13 +1190,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "version": ("biocheck version",),
     "search": ("biocheck search '(statin OR statins) AND myopathy[tiab]' --backend local -n 5",),
     "check": ('biocheck check "Aspirin lowers the risk of a first heart attack." --search replay --trace trace.json',
+              'biocheck check "Statins cause myopathy." --llm transformers:models/selected   # the newest selection',
               "biocheck check --claims data/prepared/scifact/test.jsonl --out runs/check --workers 4"),
     "score": ("biocheck score trace.json --json", "biocheck score --traces runs/check --out runs/check/scores.json"),
     "sft": ("biocheck sft --no-progress",),
     "train": ("biocheck train --variant outcome_only --max-steps 2 --out-dir /tmp/ckpt",),
     "select": ("biocheck select --variant outcome_only --no-register",),
     "evaluate": ("biocheck evaluate --systems eg_grpo,outcome_only --datasets scifact --limit 50 --out runs/cmp",
-                 "biocheck evaluate --model challenger --out runs/challenger",
+                 "biocheck evaluate --systems eg_grpo --model champion --out runs/champion",
                  "biocheck evaluate --eqs-judge transformers:models/judge_eqs --out runs/second-judge"),
     "data fetch": ("BIOCHECK_DATA_MIRROR=/mnt/mirror biocheck data fetch", "biocheck data fetch --force"),
     "data prepare": ("biocheck data prepare --out-dir /tmp/prepared",),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from biocheck import tracking
+from biocheck import aliases, tracking
 from biocheck.io import InputError
 from biocheck.llm.spec import split_spec
 from biocheck.params import DEFAULT_PARAMS, plain, raw_section, section
@@ -69,7 +69,7 @@ def select_config(params: dict[str, Any], variant: str | None = None, **override
     if suffix:
         for key in ("checkpoints", "out_dir", "metrics_path", "curve_path"):
             setattr(cfg, key, variant_path(getattr(cfg, key), suffix))
-        cfg.alias = variant
+        cfg.alias = variant  # its own alias, the variant's name (aliases.OUTCOME_ONLY)
     return cfg
 
 
@@ -355,19 +355,20 @@ def _check_model(system: str, spec: str) -> None:
         raise InputError(f"{system}: no model in {ref}; run `{MAKE_MODEL[system]}` first.")
 
 
-MODEL_ALIASES = {"champion": "eg_grpo", "challenger": "outcome_only", "base": "base"}  # alias -> whose model
-REGISTRY_ALIASES = {"champion": "champion", "challenger": "outcome_only"}  # alias -> its alias in the model registry
-
-
 def eval_model(params: dict[str, Any], model: str) -> str:
-    """The model spec `model` names for the eg_grpo system (the `evaluate` deployment's model): an alias, the
-    model a system runs by default (champion: the selected EG-GRPO checkpoint, challenger: the outcome-only
-    selection, base; as select registers them in MLflow, read from their local folders), a model folder, or
-    a spec (KIND:REF, as agent.llm)."""
+    """The model spec `model` names for the eg_grpo system (the `evaluate` deployment's model): a name
+    (aliases.EVAL_MODELS: `selected`, `outcome_only` and `base` read from their local folders, `champion` the
+    registry's, downloaded), a model folder, or a spec (KIND:REF, as agent.llm; `models:/NAME@ALIAS` too)."""
     from biocheck.llm import KINDS
 
-    if model in MODEL_ALIASES:
-        return eval_models(params)[MODEL_ALIASES[model]]
+    registered = select_config(params).registered_model
+    why = aliases.renamed(model, registered)
+    if why:
+        raise InputError(f"--model {model}: {why}.")
+    if model in aliases.LOCAL:
+        return eval_models(params)[aliases.LOCAL[model]]
+    if model == aliases.CHAMPION:  # a registered version is a transformers model (llm/spec.py), downloaded once
+        return f"transformers:models:/{registered}@{aliases.CHAMPION}"
     kind, ref = split_spec(model)
     if ref and kind in KINDS:
         return model
@@ -376,7 +377,7 @@ def eval_model(params: dict[str, Any], model: str) -> str:
         checkpoint = eval_models(params)["eg_grpo"]
         return f"{split_spec(checkpoint)[0] if checkpoint != agent_config(params).llm else 'transformers'}:{model}"
     what = "no model folder (config.json) at" if Path(model).exists() or "/" in model else "unknown model"
-    raise InputError(f"--model {model}: {what} {model!r}; give an alias ({', '.join(MODEL_ALIASES)}), a model "
+    raise InputError(f"--model {model}: {what} {model!r}; give a name ({', '.join(aliases.EVAL_MODELS)}), a model "
                      f"folder, or a spec KIND:REF with KIND one of {', '.join(KINDS)}.")
 
 
@@ -392,7 +393,7 @@ class EvalSetup:
 
 def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Path | str | None = None,
                    model: str | None = None, **overrides: Any) -> EvalSetup:
-    """evaluate_stage's inputs; `model` (eval_model) replaces the eg_grpo system's model (None: the champion)."""
+    """evaluate_stage's inputs; `model` (eval_model) replaces the eg_grpo system's model (None: models/selected)."""
     from biocheck.data.prepare import load_full, load_split
     from biocheck.evaluate.config import BASELINES, DATASETS
     from biocheck.evaluate.systems import make_system
@@ -410,7 +411,7 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
     maker.update({name: "sft" for name in maker if name in BASELINES and cfg.model_of(name) == "sft"})
     if model is not None:
         models["eg_grpo"] = eval_model(p, model)
-        maker["eg_grpo"] = MODEL_ALIASES.get(model, "")  # a folder or spec the user named: nothing to suggest
+        maker["eg_grpo"] = aliases.LOCAL.get(model, "")  # a folder, spec or registered version: nothing to suggest
     for name in cfg.systems:
         _check_model(maker[name], models[name])
     systems = {name: make_system(name, llm=models[name], agent_cfg=agent_cfg, search_cfg=search_cfg, eval_cfg=cfg)
@@ -432,38 +433,36 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
 
 
 def _model_alias(model: str, registered: str) -> str:
-    """The alias a --model value names: an alias itself, or `models:/<registered>@<alias>`; else "none"."""
+    """The name a --model value gives the model it runs (MLflow `model_alias`): one of aliases.EVAL_MODELS, or
+    the alias of `models:/<registered>@<alias>`; else "none"."""
     from biocheck.llm.resolve import REGISTERED
-    from biocheck.llm.spec import split_spec
 
-    if model in MODEL_ALIASES:
+    if model in aliases.EVAL_MODELS:
         return model
     kind, ref = split_spec(model)
     m = REGISTERED.fullmatch(ref) if kind == "transformers" else None
-    return m["alias"] if m and m["name"] == registered and m["alias"] in MODEL_ALIASES else "none"
+    return m["alias"] if m and m["name"] == registered and m["alias"] in aliases.REGISTRY else aliases.NONE
 
 
 def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
                    out: Path | str | None = None, model: str | None = None, **overrides: Any) -> dict:
     """Every system in evaluate.systems on every dataset in evaluate.datasets; `out` puts every output of an
     ad-hoc run (outside DVC) under one folder instead of eval/, metrics/ and reports/; `model` (eval_model)
-    is the model the eg_grpo system runs (None: the champion)."""
+    is the model the eg_grpo system runs (None: models/selected, the newest selection)."""
     from biocheck.evaluate.stage import evaluate
 
     p = params_of(params)
     registered = select_config(p).registered_model
-    # the alias of the model each evaluated system ran (MLflow param and tag `model_alias`; baselines: none):
-    # `--model challenger` and `--model models:/<registered>@challenger` both ran the challenger
-    ran = {system: alias for alias, system in MODEL_ALIASES.items()}
-    ran["eg_grpo"] = "champion" if model is None else _model_alias(model, registered)
-    # the registered versions the evaluation's metrics may go onto: each system's registry alias (the outcome-only
-    # model, `challenger` here, is registered under `outcome_only`: the registry's challenger is EG-GRPO's newest)
-    aliases = {system: REGISTRY_ALIASES[alias] for system, alias in ran.items() if alias in REGISTRY_ALIASES}
-    track = tracked(p, registered_model=registered, aliases=aliases, model_aliases=ran)
+    # the name of the model each evaluated system ran (MLflow param and tag `model_alias`; baselines: none).
+    # The registry's aliases of those weights (champion, challenger: by fingerprint) are tags of their own.
+    ran = {system: name for name, system in aliases.LOCAL.items()}
+    if model is not None:
+        ran["eg_grpo"] = _model_alias(model, registered)
+    track = tracked(p, registered_model=registered, model_aliases=ran)
     setup = evaluate_setup(p, out=out, model=model, **overrides)
     scorer, about = eval_scorer(p, setup.cfg)
     # MLflow (evaluate/compare.log_mlflow): a run `evaluate` with one child per (system, dataset) in the eval
-    # experiment; the metrics go onto the registered versions the champion/challenger systems ran.
+    # experiment; the metrics go onto the registered versions whose weights the systems ran.
     with track:
         return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress, profile=p.get("profile"),
                         about=about)
@@ -611,7 +610,7 @@ def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | 
         system.close()
 
 
-__all__ = ["DEFAULT_PARAMS", "EvalSetup", "MODEL_ALIASES", "audit_config", "audit_setup", "audit_stage",
+__all__ = ["DEFAULT_PARAMS", "EvalSetup", "audit_config", "audit_setup", "audit_stage",
            "eval_model", "eval_models", "eval_scorer", "evaluate_config", "evaluate_setup", "evaluate_shard",
            "evaluate_stage", "evidence_stage", "fetch_stage", "judge_stage", "model_stage", "orchestrate_config",
            "prepare_stage", "refresh_stage", "select_config", "select_stage", "serve_config", "sft_stage", "stage_inputs", "train_config",

@@ -89,9 +89,8 @@ class Context:
     config: TrackingConfig = field(default_factory=TrackingConfig)
     profile: str | None = None
     prepared_dir: Path | None = None  # the prepared splits (datasets logged with `log_dataset`)
-    registered_model: str | None = None  # select.registered_model: evaluate tags its versions
-    aliases: dict[str, str] = field(default_factory=dict)  # evaluated system -> its registry alias
-    model_aliases: dict[str, str] = field(default_factory=dict)  # evaluated system -> alias of the model it ran
+    registered_model: str | None = None  # select.registered_model: evaluate reads and tags its versions
+    model_aliases: dict[str, str] = field(default_factory=dict)  # evaluated system -> name of the model it ran
 
 
 _context = Context()
@@ -295,8 +294,9 @@ DESCRIPTIONS = {
              "biocheck-agent).",
     "eval": "BioCheck's evaluations: each `evaluate` run (config, gallery) with one child run "
             "`eval <system> <dataset>` per system and dataset (accuracy, macro_f1, eqs, ehr, ... with their n); "
-            "`check` runs; agent episodes in the Traces tab. Filter: params.system = 'eg_grpo' and "
-            "params.model_alias = 'champion'.",
+            "`check` runs; agent episodes in the Traces tab. Filters: params.system = 'eg_grpo' and "
+            "params.model_alias = 'selected' (the newest selection); tags.registry_aliases LIKE '%champion%' (the "
+            "weights the registry's champion held then).",
 }
 
 

@@ -17,7 +17,7 @@ import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -391,19 +391,26 @@ def holds_model(folder: Path) -> bool:
     return has_config and any(n.endswith(WEIGHTS) for n in names)
 
 
-def choose_llm(option: str | None, configured: str | None, selected_dir: Path) -> tuple[str | None, str]:
-    """(the spec to use, or None to keep agent.llm; where it comes from).
+def choose_llm(option: str | None, configured: str | None, selected_dir: Path,
+               champion: Callable[[], tuple[str, str] | None] | None = None) -> tuple[str | None, str]:
+    """(the spec to use, or None to keep agent.llm; where it comes from, as stderr says it).
 
-    --llm wins, then a non-default agent.llm; otherwise the selected checkpoint (`biocheck select`) when there
-    is one, so a new user's first check after the quickstart runs the trained model, not the random base.
+    --llm wins, then a non-default agent.llm (both given by the user); otherwise the registry's champion
+    (`champion()`: its spec and where it is from, or None when the registry has none; asked only here), then
+    the selected checkpoint (`biocheck select`, whether or not it became the champion), so a new user's first
+    check after the quickstart runs the trained model, not the random base; else agent.llm.
     """
     if option:
         return option, "--llm"
     if configured and configured != DEFAULT_LLM:
         return None, "agent.llm"
+    found = champion() if champion is not None else None
+    if found is not None:
+        return found
+    none = "; no champion from the model registry" if champion is not None else ""
     if holds_model(selected_dir):
-        return f"transformers:{selected_dir.as_posix()}", "the selected checkpoint (biocheck select)"
-    return None, f"agent.llm (no selected checkpoint in {selected_dir.as_posix()} yet)"
+        return f"transformers:{selected_dir.as_posix()}", f"the selected checkpoint (biocheck select{none})"
+    return None, f"agent.llm (no selected checkpoint in {selected_dir.as_posix()} yet{none})"
 
 
 def describe_model(spec: str, fingerprint: str = "") -> str:

@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from biocheck import tracking
+from biocheck import aliases, tracking
 from biocheck.evaluate import ratios
 from biocheck.evaluate.config import DATASETS, REFERENCE
 from biocheck.evaluate.headline import COLUMNS as HEADLINE_COLUMNS
 from biocheck.evaluate.rationale import LEVELS as RATIONALE_LEVELS
 from biocheck.evaluate.rationale import rationale_scores, sentence_f1
+from biocheck.evaluate.systems import AGENTS
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import write_text_atomic
 from biocheck.labels import Label
@@ -354,15 +355,17 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                reference: str = REFERENCE, times: Mapping[Any, tuple[int, int]] | None = None) -> list[str]:
     """The eval experiment (tracking.experiments.eval): a run `evaluate` (config, eval JSONs, the `gallery`
     folder if given, the test splits as datasets) and one child run `eval <system> <dataset>` per pair. A
-    child's params are its `system`, `dataset` and `model_alias` (the alias of the model it ran: champion,
-    challenger, base; none for a baseline or a model given by path) and the rest of the config; the same
-    three are tags too. Its metrics are RUN_METRICS (NaN where a number does not apply, so every run has the
-    same keys); the full metrics and its paired tests are the artifact `metrics.json`, the per-claim
-    predictions the table `predictions.json`, its test split a dataset, and its first
-    tracking.trace_samples episodes MLflow traces. Tags: model_fingerprint, prompt_hash, system_fingerprint,
-    writes_report, about.* (plus the common tags, tracking.common_tags). Then each registered version whose
-    alias names an evaluated system (champion: eg_grpo, challenger: outcome_only) and whose weights that
-    system ran gets the metrics (tag_registered_versions).
+    child's params are its `system`, `dataset` and `model_alias` (the name of the model it ran: selected,
+    outcome_only, base, champion, or a registry alias its models:/ URI named; none for a baseline or a model
+    given by folder or spec) and the rest of the config; the same three are tags too. Its metrics are
+    RUN_METRICS (NaN where a number does not apply, so every run has the same keys); the full metrics and its
+    paired tests are the artifact `metrics.json`, the per-claim predictions the table `predictions.json`, its
+    test split a dataset, and its first tracking.trace_samples episodes MLflow traces. Tags: model_fingerprint,
+    prompt_hash, system_fingerprint, writes_report, about.*, registry_aliases and registry_versions (the
+    registry's aliases whose version holds the weights the system ran, by fingerprint, as the registry is
+    now: `challenger` alone for a selection that did not become the champion; "none" for none), plus the
+    common tags (tracking.common_tags). Then each of those versions gets the system's metrics
+    (tag_registered_versions).
 
     The runs are logged when the evaluation has ended, with the times it ran (`times`: "evaluate" -> (start,
     _) of the whole, (system, dataset) -> (start, end) of each pair, ms since the epoch), so their durations are
@@ -379,6 +382,7 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
     splits = {d: prepared / f"{DATASETS[d]}.jsonl" for d in DATASETS} if prepared is not None else {}
     ids: list[str] = []
     times = times or {}
+    held = registry_matches(system_tags or {})
     with tracking.run("evaluate", params=_params(config), tags={**base, "kind": "summary"},
                       run_name="evaluate", nest_in_pipeline=tracking.in_study(),
                       start_time=times.get("evaluate", (None, None))[0]) as parent:
@@ -403,6 +407,7 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                     "model_fingerprint": extra.get("model_fingerprint", "unknown"),
                     "prompt_hash": extra.get("prompt_hash", "unknown"),
                     "system_fingerprint": preds[0].fingerprint if preds else "unknown",
+                    **_registry_tags(held.get(system, [])),
                     # what the numbers can mean (held out, corpus searched, EQS judge): tags, not metrics
                     **{f"about.{k}": str(v) for k, v in (m.get("about") or {}).items() if v is not None}}
             pair = paired.get(dataset, {}).get(system, blank)
@@ -418,7 +423,7 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                     tracking.log_dataset(splits[dataset], context="evaluation")
                 _trace_samples(config, preds, scope)
                 ids.append(active.info.run_id)
-    tag_registered_versions(metrics, system_tags or {}, ids[0])
+    tag_registered_versions(metrics, system_tags or {}, ids[0], held)
     return ids
 
 
@@ -426,48 +431,87 @@ VERSION_METRICS = ("n", *SCORES, "parse_rate", "citing_rate", "grounded_rate", "
                    "rationale_f1")  # the numbers attached to a registered version's logged model
 
 
+def registry_matches(system_tags: Mapping[str, Mapping[str, str]]) -> dict[str, list[tuple[str, Any]]]:
+    """{system: [(alias, ModelVersion)]}: the registry's aliases (aliases.REGISTRY, in that order) whose version
+    holds the weights each agent system ran (the version's model_fingerprint tag is the one in the system's
+    episodes; a registered version is the agent, so a baseline on the same weights is not an evaluation of
+    it). Read from the registry as it is now (tracking context: the registered model); empty when tracking is
+    off, there is no registered model, or nothing matches."""
+    ctx = tracking.current()
+    if not ctx.registered_model or not tracking.enabled():
+        return {}
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    versions: dict[str, Any] = {}
+    with tracking.guard(f"reading the aliases of {ctx.registered_model}"):
+        client = MlflowClient()
+        for alias in aliases.REGISTRY:
+            try:
+                versions[alias] = client.get_model_version_by_alias(ctx.registered_model, alias)
+            except MlflowException:  # no such model or alias yet
+                continue
+    found = {}
+    for system, tags in system_tags.items():
+        ran = (tags or {}).get("model_fingerprint") if system in AGENTS else None
+        held = [(alias, v) for alias, v in versions.items() if ran and v.tags.get("model_fingerprint") == ran]
+        if held:
+            found[system] = held
+    return found
+
+
+def _registry_tags(held: Sequence[tuple[str, Any]]) -> dict[str, str]:
+    """registry_aliases ("champion,challenger", or "none") and registry_versions ("3", "2,3", or "none")."""
+    numbers = sorted({int(v.version) for _, v in held})
+    return {"registry_aliases": ",".join(alias for alias, _ in held) or aliases.NONE,
+            "registry_versions": ",".join(map(str, numbers)) or aliases.NONE}
+
+
 def tag_registered_versions(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
-                            system_tags: Mapping[str, Mapping[str, str]], run_id: str) -> list[str]:
-    """Attach each evaluated system's metrics to the registered version its alias names (tracking context: the
-    registered model and {system: alias}), when the version's model_fingerprint is the one the system ran
-    (else say why not): `<dataset>.<metric>` for VERSION_METRICS as metrics of the version's logged model
-    (MLflow 3: logged in the model's `select` run with its model id, linked to the test split as a dataset
-    where the prepared data is known), and the version's tag `eval_run` (runs:/<id> of the evaluation).
-    Returns the aliases whose versions got them."""
+                            system_tags: Mapping[str, Mapping[str, str]], run_id: str,
+                            held: Mapping[str, Sequence[tuple[str, Any]]] | None = None) -> list[str]:
+    """Attach each evaluated system's metrics to the registered versions that hold the weights it ran
+    (`held`, registry_matches's answer; read here when None): `<dataset>.<metric>` for VERSION_METRICS as
+    metrics of the version's logged model (MLflow 3: logged in the model's `select` run with its model id,
+    linked to the test split as a dataset where the prepared data is known), and the version's tag `eval_run`
+    (runs:/<id> of the evaluation). An agent system whose weights no alias holds is logged (its numbers stay
+    on the evaluation's runs). Returns the aliases whose versions got them."""
     ctx = tracking.current()
     if not ctx.registered_model or not tracking.enabled():
         return []
     from mlflow import MlflowClient
     from mlflow.entities import Metric
-    from mlflow.exceptions import MlflowException
 
+    held = registry_matches(system_tags) if held is None else held
     tagged = []
-    for system, alias in ctx.aliases.items():
-        if system not in metrics:
+    for system in metrics:
+        if system not in held:
+            if ctx.model_aliases.get(system, aliases.NONE) != aliases.NONE:
+                log.info("MLflow: no alias of %s (%s) holds the model %s ran (fingerprint %s); its evaluation "
+                         "metrics stay on the run", ctx.registered_model, ", ".join(aliases.REGISTRY), system,
+                         (system_tags.get(system) or {}).get("model_fingerprint", "unknown"))
             continue
-        with tracking.guard(f"attaching the evaluation to {ctx.registered_model}@{alias}"):
-            client = MlflowClient()
-            try:
-                version = client.get_model_version_by_alias(ctx.registered_model, alias)
-            except MlflowException:
-                log.info("MLflow: no version of %s has the alias %s; its evaluation metrics stay on the run",
-                         ctx.registered_model, alias)
-                continue
-            ran = (system_tags.get(system) or {}).get("model_fingerprint")
+        done: set[str] = set()  # two aliases on one version: its metrics once
+        for alias, version in held[system]:
             model_id = tracking.version_model_id(version)
-            if not ran or version.tags.get("model_fingerprint") != ran or not model_id or not version.run_id:
-                log.info("MLflow: %s version %s (%s) is not the model %s ran (fingerprint %s vs %s), or holds no "
-                         "logged model; no metrics attached", ctx.registered_model, version.version, alias, system,
-                         version.tags.get("model_fingerprint", "none"), ran or "unknown")
+            if not model_id or not version.run_id:
+                log.info("MLflow: %s version %s (%s) holds no logged model; no metrics attached",
+                         ctx.registered_model, version.version, alias)
                 continue
-            now = int(time.time() * 1000)
-            batch = [Metric(f"{dataset}.{key}", float(m[key]), now, 0, model_id=model_id,
-                            **_split_identity(dataset))
-                     for dataset, m in metrics[system].items() for key in VERSION_METRICS
-                     if isinstance(m.get(key), (int, float)) and not isinstance(m.get(key), bool)]
-            client.log_batch(version.run_id, metrics=batch)
-            client.set_model_version_tag(ctx.registered_model, version.version, "eval_run", f"runs:/{run_id}")
-            tagged.append(alias)
+            if str(version.version) not in done:
+                with tracking.guard(f"attaching the evaluation to {ctx.registered_model}@{alias}"):
+                    now = int(time.time() * 1000)
+                    batch = [Metric(f"{dataset}.{key}", float(m[key]), now, 0, model_id=model_id,
+                                    **_split_identity(dataset))
+                             for dataset, m in metrics[system].items() for key in VERSION_METRICS
+                             if isinstance(m.get(key), (int, float)) and not isinstance(m.get(key), bool)]
+                    client = MlflowClient()
+                    client.log_batch(version.run_id, metrics=batch)
+                    client.set_model_version_tag(ctx.registered_model, version.version, "eval_run",
+                                                 f"runs:/{run_id}")
+                    done.add(str(version.version))
+            if str(version.version) in done:
+                tagged.append(alias)
     return tagged
 
 

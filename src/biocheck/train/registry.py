@@ -19,12 +19,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from biocheck.aliases import CHALLENGER, CHAMPION, OUTCOME_ONLY
 from biocheck.io import InputError
 from biocheck.llm.resolve import MODEL_DIR  # the model folder inside a logged model (`models:/` resolves to it)
 
 log = logging.getLogger(__name__)
 
-CHAMPION, CHALLENGER = "champion", "challenger"
 EVIDENCE_DIR = "evidence"  # the evidence backend's files inside a logged model
 TOKENIZER_DIR = "components/tokenizer"  # the tokenizer's copy mlflow.transformers loads
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
@@ -57,9 +57,9 @@ def register(cfg: Any, best: dict[str, Any], variant: str = "eg_grpo", serve: An
                 client.get_registered_model(cfg.registered_model)
             except mlflow.exceptions.MlflowException:
                 client.create_registered_model(cfg.registered_model, description=(
-                    "The BioCheck agent: a claim in, a fact-checking report out (mlflow.pyfunc). Aliases: "
-                    "challenger (the newest selection), champion (the best on the validation reward, or promoted "
-                    "by hand), outcome_only (the outcome-only ablation)."))
+                    f"The BioCheck agent: a claim in, a fact-checking report out (mlflow.pyfunc). Aliases: "
+                    f"{CHALLENGER} (the newest selection), {CHAMPION} (the best on the validation reward, or "
+                    f"promoted by hand), {OUTCOME_ONLY} (the outcome-only ablation)."))
             tags = {"validation_reward": str(best["eval_reward"]), "step": str(best["step"]), "variant": variant,
                     "model_fingerprint": fingerprint,
                     **{f"validation.{k}": str(v) for k, v in best.items()

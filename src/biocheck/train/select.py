@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from biocheck.aliases import CHALLENGER
 from biocheck.io import InputError, atomic_path, write_json_atomic
 from biocheck.outputs import output_dir
 from biocheck.train.grpo import TRAINER_STATE, complete_checkpoints
@@ -48,7 +49,7 @@ class SelectConfig:
     register: bool = True
     # the registry alias every new selection gets: challenger (the outcome-only comparison: outcome_only, never a
     # challenger); champion follows a challenger only when it beats the champion's validation reward
-    alias: str = "challenger"
+    alias: str = CHALLENGER
     promote: bool = True  # false: champion moves only by `biocheck model promote`
 
     def __post_init__(self) -> None:
