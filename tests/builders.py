@@ -187,3 +187,14 @@ def write_test_splits(root, claims: dict) -> None:
         (folder / "test.jsonl").write_text("".join(
             ClaimRecord(id=i, dataset=dataset, split="test", claim=c, label=g).model_dump_json() + "\n"
             for i, c, g in rows))
+
+
+def dvc_project(work: Path, repo: Path) -> Path:
+    """`work` set up as a copy of the repo's pipeline: dvc.yaml, params.yaml and the package source (what DVC's
+    stage commands and code dependencies read); the tests add the stage inputs they need."""
+    import shutil
+
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy2(repo / name, work / name)
+    shutil.copytree(repo / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return work

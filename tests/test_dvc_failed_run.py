@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.builders import dvc_project
 from tests.test_dvc_params import stages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,10 +69,7 @@ def snapshot(work: Path, paths) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("dvc")
-    for name in ("dvc.yaml", "params.yaml"):
-        shutil.copy2(REPO / name, work / name)
-    shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    work = dvc_project(tmp_path_factory.mktemp("dvc"), REPO)
     for stage, spec in stages().items():
         for path in [p for p, _ in _entries(spec.get("deps"))] + list(outputs(stage)):
             target = work / path

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.builders import dvc_project
 from tests.test_dvc_params import stages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,10 +38,7 @@ def _entries(entries) -> list[str]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("dvc")
-    for name in ("dvc.yaml", "params.yaml"):
-        shutil.copy2(REPO / name, work / name)
-    shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    work = dvc_project(tmp_path_factory.mktemp("dvc"), REPO)
     params = yaml.safe_load((work / "params.yaml").read_text())
     declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     for stage, spec in stages().items():
