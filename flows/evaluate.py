@@ -105,8 +105,9 @@ def evaluate_flow(params: str = "params.yaml", systems: list[str] | None = None,
                   model: str | None = None, limit: int | None = None, out: str | None = None) -> dict:
     """Evaluate `systems` on `datasets` (default: evaluate.systems / evaluate.datasets), the eg_grpo system
     with `model` (champion, challenger, base, a model folder or a spec; default champion), the first `limit`
-    claims of each, every output under `out` (default: the DVC paths). Returns the metrics path and each
-    system's accuracy and macro-F1 per dataset."""
+    claims of each, every output under `out` (default: the DVC paths). Returns the metrics path, each
+    system's accuracy and macro-F1 per dataset, how it ran (dask or in-process), its phases' seconds and its
+    system builds."""
     # secrets blanked in this run's log lines and in any error leaving it; its MLflow runs tagged with this run
     with entry.redacted(), tracking.in_flow_run(flow_run.id):
         overrides = {k: v for k, v in (("systems", systems), ("datasets", datasets), ("limit", limit)) if v is not None}
