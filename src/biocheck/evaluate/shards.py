@@ -8,10 +8,11 @@ plots, gallery and MLflow runs exactly as a serial run does. So the results are 
 construction, and nothing is written twice. Shards are contiguous runs of claims in claim order
 (`split`), so the same inputs always give the same shards.
 
-What costs time besides the episodes is building a system (its model and search index): a worker keeps the
-last system it built (`held`) for the next shard of that system, each shard holds at least one batch of
-claims (`min_claims`: the claims the stage generates together), and each shard reports its system's
-fingerprint, so the full pass finds the cached episodes without building any system again.
+Besides its episodes, a shard costs a task and a system build (its model and search index: tens of seconds
+for a real model). So each shard holds at least one batch of claims (`min_claims`: the claims the stage
+generates together), a worker keeps the last system it built (`held`) for the next shard of that system, and
+each shard reports its system's fingerprint, so the full pass finds the cached episodes without building any
+system again. With one shard per (system, dataset) the flow does not shard at all (`one_plan`).
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ def held(key: Hashable, make: Callable[[], System]) -> System:
         return _held[0][1]
     while _held:
         _, old = _held.pop()
-        old.close()
+        close = getattr(old, "close", None)
+        if callable(close):  # free its model before the next one loads
+            close()
     system = make()
     _held.append((key, system))
     return system
