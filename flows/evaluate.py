@@ -1,12 +1,18 @@
 """Prefect flow `biocheck-evaluate`: `biocheck evaluate` with its claims in shards on Dask.
 
-Each system's claims (per dataset) are cut into `orchestrate.shards` contiguous shards (evaluate/shards.py);
-a sub-flow maps one task per shard over the Dask task runner that `orchestrate:` names (a LocalCluster of
-`orchestrate.dask_workers` processes by default, an existing cluster by address). A shard builds its system
-in the worker from the params and caches its episodes as traces in the evaluation folder; then one task runs
-the ordinary evaluation (pipeline.evaluate_stage) over every claim, which finds every episode cached and
-writes predictions, metrics, plots, gallery and MLflow runs as a serial run does: the same results, each
-episode run once. Workers of an existing cluster must run in the project folder (same paths).
+Each system's claims (per dataset) are cut into at most `orchestrate.shards` contiguous shards of at least
+`evaluate.workers` claims (one batch; evaluate/shards.py); a sub-flow maps one task per shard over the Dask
+task runner that `orchestrate:` names (a LocalCluster of `orchestrate.dask_workers` processes by default, an
+existing cluster by address). A shard builds its system in the worker from the params (or reuses the one the
+worker built for its previous shard) and caches its episodes as traces in the evaluation folder; then one task
+runs the ordinary evaluation (pipeline.evaluate_stage) over every claim with the fingerprints the shards
+reported, which finds every episode cached without building a system and writes predictions, metrics, plots,
+gallery and MLflow runs as a serial run does: the same results, each episode run once. Workers of an existing
+cluster must run in the project folder (same paths).
+
+When no (system, dataset) has claims for more than one shard, there is nothing to run side by side that the
+stage does not already batch, so the flow runs the evaluation in its own process (`ran: in-process`), without
+starting a cluster.
 
 The entrypoint of the on-demand `evaluate` deployment (parameters: systems, datasets, model name, limit,
 out); standalone: `python flows/evaluate.py [params.yaml] [--systems a,b] [--datasets d] [--model NAME]
@@ -27,7 +33,8 @@ from prefect.runtime import flow_run
 
 from biocheck import tracking
 from biocheck.aliases import EVAL_MODELS, SELECTED
-from biocheck.evaluate.shards import Shard, plan
+from biocheck.evaluate.shards import Shard, one_plan, plan
+from biocheck.evaluate.systems import Lazy
 from biocheck.io import InputError
 from biocheck.orchestration import entry
 from biocheck.orchestration.artifacts import (
@@ -47,24 +54,41 @@ from biocheck.wiring import params_of
 def plan_task(params: str, out: str | None, model: str | None, overrides: dict) -> dict:
     """Check everything (systems, datasets, model, claims) before any work; the shards and the metrics path."""
     setup = evaluate_setup(params, out=out, model=model, **overrides)
-    shards = plan(list(setup.systems), setup.claims, orchestrate_config(params_of(params)).shards)
-    return {"shards": shards, "metrics": setup.cfg.metrics_path.as_posix(),
+    shards = plan(list(setup.systems), setup.claims, orchestrate_config(params_of(params)).shards,
+                  min_claims=setup.cfg.workers)  # a shard smaller than a batch only adds system builds
+    return {"shards": shards, "in_process": one_plan(shards), "metrics": setup.cfg.metrics_path.as_posix(),
             "claims": {d: len(c) for d, c in setup.claims.items()}}
 
 
 @task(name="evaluate-shard", cache_policy=NO_CACHE)
 @entry.quiet_failures  # e.g. a model that cannot load: one line, and the flow re-raises that error
-def shard_task(params: str, shard: Shard, out: str | None, model: str | None, overrides: dict, root: str) -> dict:
+def shard_task(params: str, shard: Shard, out: str | None, model: str | None, overrides: dict, root: str,
+               run: str | None = None) -> dict:
     # Runs on a Dask worker: params, models and the evaluation folder are paths relative to the project.
     if Path.cwd().resolve() != Path(root).resolve():
         raise InputError(f"{shard.name}: the Dask worker runs in {Path.cwd()}, the project is {root}; start "
                          "the workers in the project folder (the same paths on a shared file system).")
-    return {"shard": shard.name, **evaluate_shard(params, shard, out=out, model=model, **overrides)}
+    return {"shard": shard.name, "system": shard.system,
+            **evaluate_shard(params, shard, out=out, model=model, run=run, **overrides)}
 
 
 @task(name="evaluate-collect", cache_policy=NO_CACHE)
-def collect_task(params: str, out: str | None, model: str | None, overrides: dict) -> dict:
-    return evaluate_stage(params, progress=False, out=out, model=model, **overrides)
+def collect_task(params: str, out: str | None, model: str | None, overrides: dict,
+                 fingerprints: dict[str, str] | None = None) -> dict:
+    """The ordinary evaluation in this process; with the shards' fingerprints it finds their episodes without
+    building a system. Also returns how many systems it built."""
+    built = Lazy.builds
+    result = evaluate_stage(params, progress=False, out=out, model=model, fingerprints=fingerprints, **overrides)
+    return {**result, "builds": Lazy.builds - built}
+
+
+def fingerprints_of(done: list[dict], systems: list[str]) -> dict[str, str]:
+    """Each system's fingerprint as its shards reported it; a system whose shards disagree (its model or index
+    changed during the run) is left out, so the full pass computes it itself."""
+    found: dict[str, set[str]] = {}
+    for row in done:
+        found.setdefault(row["system"], set()).add(row["fingerprint"])
+    return {s: next(iter(fps)) for s, fps in found.items() if s in systems and len(fps) == 1}
 
 
 @flow(name="biocheck-evaluate-shards")
@@ -72,35 +96,46 @@ def shards_flow(params: str, shards: list[Shard], out: str | None, model: str | 
                 root: str) -> list[dict]:
     """One task per shard, on the task runner the caller gives (`with_options`)."""
     with entry.redacted():  # secrets blanked in this run's log lines and in any error leaving it
+        # the run's id: a worker reuses a system it built for this run's shards only
         return shard_task.map(unmapped(params), shards, unmapped(out), unmapped(model), unmapped(overrides),
-                              unmapped(root)).result()
+                              unmapped(root), unmapped(flow_run.id)).result()
 
 
 @flow(name="biocheck-evaluate", log_prints=True)
 def evaluate_flow(params: str = "params.yaml", systems: list[str] | None = None, datasets: list[str] | None = None,
                   model: str | None = None, limit: int | None = None, out: str | None = None) -> dict:
     """Evaluate `systems` on `datasets` (default: evaluate.systems / evaluate.datasets), the eg_grpo system
-    with `model` (selected, outcome_only, base, champion, a model folder or a spec; default selected), the first `limit`
-    claims of each, every output under `out` (default: the DVC paths). Returns the metrics path and each
-    system's accuracy and macro-F1 per dataset."""
+    with `model` (selected, outcome_only, base, champion, a model folder or a spec; default selected), the first
+    `limit` claims of each, every output under `out` (default: the DVC paths). Returns the metrics path, each
+    system's accuracy and macro-F1 per dataset, how it ran (dask or in-process), its phases' seconds and its
+    system builds."""
     # secrets blanked in this run's log lines and in any error leaving it; its MLflow runs tagged with this run
     with entry.redacted(), tracking.in_flow_run(flow_run.id):
         overrides = {k: v for k, v in (("systems", systems), ("datasets", datasets), ("limit", limit)) if v is not None}
         t0 = time.perf_counter()
         planned = plan_task(params, out, model, overrides)
         t1 = time.perf_counter()
-        # The runner comes from params, so it is set at call time (a deployment runs this flow as it is).
-        runner = task_runner(orchestrate_config(params_of(params)))
-        done = shards_flow.with_options(task_runner=runner)(params, planned["shards"], out, model, overrides,
-                                                            str(Path.cwd()))
-        failed = sum(r["errors"] for r in done)
-        if failed:
-            print(f"{failed} episode(s) failed in their shard; the full pass tries them once more")
+        done, fingerprints = [], None
+        if planned["in_process"]:
+            print("one shard per system and dataset: evaluating in this process, no Dask cluster")
+        else:
+            # The runner comes from params, so it is set at call time (a deployment runs this flow as it is).
+            runner = task_runner(orchestrate_config(params_of(params)))
+            done = shards_flow.with_options(task_runner=runner)(params, planned["shards"], out, model, overrides,
+                                                                str(Path.cwd()))
+            failed = sum(r["errors"] for r in done)
+            if failed:
+                print(f"{failed} episode(s) failed in their shard; the full pass tries them once more")
+            fingerprints = fingerprints_of(done, sorted({s.system for s in planned["shards"]}))
         t2 = time.perf_counter()
-        result = collect_task(params, out, model, overrides)
+        result = collect_task(params, out, model, overrides, fingerprints)
         t3 = time.perf_counter()
         _publish(result, planned["metrics"], model)
         return {"metrics": planned["metrics"], "claims": planned["claims"], "shards": len(planned["shards"]),
+                "ran": "in-process" if planned["in_process"] else "dask",
+                # systems built (a model and an index loaded each): in the shards (summed over the workers), then
+                # in the full pass
+                "system_builds": {"shards": sum(r["builds"] for r in done), "collect": result["builds"]},
                 "scores": {s: {d: {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"]} for d, m in by_d.items()}
                            for s, by_d in result["metrics"].items()},
                 "skipped": result["skipped"],

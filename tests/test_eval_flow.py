@@ -15,7 +15,8 @@ from flows.evaluate import evaluate_flow, main, shard_task  # Prefect's log hand
 
 from biocheck import pipeline, wiring
 from biocheck.data.schema import ClaimRecord
-from biocheck.evaluate.shards import Shard, plan, split
+from biocheck.evaluate.shards import Shard, one_plan, plan, split
+from biocheck.evaluate.systems import Lazy
 from biocheck.io import InputError
 from biocheck.llm.base import LLMError
 from tests.builders import write_test_splits
@@ -64,13 +65,14 @@ def server(monkeypatch):
 
 @pytest.fixture
 def project(evidence_workdir: Path) -> Path:
-    """Prepared test splits, every system on `openai:fake` (the fake server), no judge, 3 shards, 2 workers."""
+    """Prepared test splits, every system on `openai:fake` (the fake server), no judge, 3 shards, 2 workers,
+    one claim in flight (so a shard may hold one claim)."""
     write_test_splits(evidence_workdir, CLAIMS)
     params = yaml.safe_load((evidence_workdir / "params.yaml").read_text())
     params["agent"]["llm"] = "openai:fake"
     params["reward"]["judge"] = None
     params["evaluate"]["eqs_judge"] = None  # EQS by the (absent) training judge
-    params["evaluate"].update(systems=SYSTEMS, datasets=list(CLAIMS), bootstrap=50, limit=None)
+    params["evaluate"].update(systems=SYSTEMS, datasets=list(CLAIMS), bootstrap=50, limit=None, workers=1)
     params["orchestrate"].update(shards=3, dask_workers=2, dask_address=None)
     (evidence_workdir / "params.yaml").write_text(yaml.safe_dump(params))
     return evidence_workdir
@@ -122,6 +124,22 @@ def test_plan_shards_each_system_and_dataset():
         ("healthfc", ("1",)), ("healthfc", ("7",)))]
     assert [(s.system, s.dataset, s.claim_ids) for s in shards] == expected
     assert shards[3].name == "base/healthfc#1of2"
+    assert not one_plan(shards)
+
+
+def test_a_shard_holds_at_least_one_batch_of_claims():
+    claims = {d: [ClaimRecord(id=i, dataset=d, split="test", claim=c, label=g) for i, c, g in rows]
+              for d, rows in CLAIMS.items()}
+    shards = plan(SYSTEMS, claims, 3, min_claims=3)  # scifact's 7 claims: two shards of >= 3, healthfc's 2: one
+    assert [(s.system, s.dataset, s.claim_ids) for s in shards] == [
+        (system, dataset, ids) for system in SYSTEMS for dataset, ids in (
+            ("scifact", ("1", "2", "3", "4")), ("scifact", ("5", "6", "7")), ("healthfc", ("1", "7")))]
+    assert not one_plan(shards)
+    whole = plan(SYSTEMS, claims, 3, min_claims=4)  # 7 // 4: one shard of scifact, as of healthfc
+    assert [s.claim_ids for s in whole] == [tuple(i for i, _, _ in rows) for _ in SYSTEMS for rows in CLAIMS.values()]
+    assert one_plan(whole)
+    with pytest.raises(ValueError, match="min_claims: 0 must be >= 1"):
+        plan(SYSTEMS, claims, 3, min_claims=0)
 
 
 # --- the shard path and the full pass (no Prefect, no Dask) -------------------------------------------
@@ -154,6 +172,27 @@ def test_shards_write_only_traces_and_the_full_pass_reuses_every_one(project, se
     assert predictions(project / "sharded") == predictions(project / "serial")
     assert metrics(project / "sharded") == metrics(project / "serial")
     assert len({p["pred"] for rows in predictions(project / "serial").values() for p in rows}) > 1
+
+
+def test_a_worker_builds_each_system_once_a_run_and_the_full_pass_builds_none(project, server):
+    setup = pipeline.evaluate_setup("params.yaml", out="reuse")
+    shards = plan(list(setup.systems), setup.claims, 3)
+    done = [pipeline.evaluate_shard("params.yaml", shard, out="reuse", run="run-1") for shard in shards]
+    # one worker, the shards in plan order (system by system): each system built once, at its first shard
+    assert [d["builds"] for d in done] == [int(s.dataset == "scifact" and s.index == 0) for s in shards]
+    fingerprints = {s.system: d["fingerprint"] for s, d in zip(shards, done, strict=True)}
+    assert all((project / "reuse" / "traces" / s / fp).is_dir() for s, fp in fingerprints.items())
+    # another run builds its own (its models or index may have changed), and so does a shard outside any run
+    assert pipeline.evaluate_shard("params.yaml", shards[-1], out="reuse", run="run-2")["builds"] == 1
+    assert pipeline.evaluate_shard("params.yaml", shards[0], out="reuse")["builds"] == 1
+
+    built, before = Lazy.builds, len(server.requests)
+    pipeline.evaluate_stage("params.yaml", progress=False, out="reuse", fingerprints=fingerprints)
+    assert Lazy.builds == built and len(server.requests) == before  # no model loaded, no episode run again
+    pipeline.evaluate_stage("params.yaml", progress=False, out="serial")
+    assert Lazy.builds == built + len(SYSTEMS)
+    assert predictions(project / "reuse") == predictions(project / "serial")
+    assert metrics(project / "reuse") == metrics(project / "serial")
 
 
 def test_a_shard_of_claims_that_left_the_split_is_one_clear_error(project, server):
@@ -264,6 +303,9 @@ def test_the_flow_on_two_dask_workers_equals_the_serial_stage(prefect_harness, p
     assert len(ran) == n_claims * len(SYSTEMS) and set(ran.values()) == {1}  # each episode once, in a shard
     assert result["shards"] == 2 * (3 + 2) and result["metrics"] == "flow/eval.json"
     assert result["claims"] == {"scifact": 7, "healthfc": 2}
+    # each worker builds a system once (at most 2 workers x 2 systems), the full pass none
+    assert result["ran"] == "dask" and result["system_builds"]["collect"] == 0
+    assert len(SYSTEMS) <= result["system_builds"]["shards"] <= 2 * len(SYSTEMS)
 
     since = len(server.requests)
     pipeline.evaluate_stage("params.yaml", progress=False, out="serial")
@@ -274,6 +316,21 @@ def test_the_flow_on_two_dask_workers_equals_the_serial_stage(prefect_harness, p
     assert result["scores"] == {s: {d: {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"]}
                                     for d, m in by_d.items()} for s, by_d in serial.items()}
     assert (project / "flow" / "gallery" / "index.html").is_file()
+
+
+@pytest.mark.slow
+def test_a_flow_with_one_shard_per_system_and_dataset_runs_in_its_own_process(prefect_harness, project, server):
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["evaluate"]["workers"] = 7  # every dataset's claims fit in one batch: nothing for Dask to share out
+    (project / "small.yaml").write_text(yaml.safe_dump(params))
+    result = evaluate_flow("small.yaml", out="small")
+    assert result["ran"] == "in-process" and result["shards"] == len(SYSTEMS) * len(CLAIMS)
+    assert result["system_builds"] == {"shards": 0, "collect": len(SYSTEMS)}  # as the stage: each system once
+    ran = episodes_started(server)
+    assert len(ran) == sum(len(rows) for rows in CLAIMS.values()) * len(SYSTEMS) and set(ran.values()) == {1}
+    pipeline.evaluate_stage("small.yaml", progress=False, out="serial")
+    assert predictions(project / "small") == predictions(project / "serial")
+    assert metrics(project / "small") == metrics(project / "serial")
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -50,7 +51,8 @@ class TableTool:
 
 
 TABLE = {"vit": [A1, A2], "vit2": [A1_EDITED], "more": [A1_EDITED, A3], "new": [A4]}
-STATE_KEYS = {"messages", "refusals", "llm_calls", "llm_seconds", "stop_reason"}  # nothing of the budget's
+# nothing of the budget's (llm_times: when each model turn ran, for a trace's spans)
+STATE_KEYS = {"messages", "refusals", "llm_calls", "llm_seconds", "llm_times", "stop_reason"}
 
 
 def bare_state(claim: str = "A claim.") -> dict:
@@ -292,8 +294,9 @@ class Clock:
 
 def test_timing_sums_llm_and_search_seconds(monkeypatch):
     graph_clock, episode_clock, search_clock = Clock(0.0123456), Clock(0.987654321), Clock(0.0234567)
-    monkeypatch.setattr(graph_mod, "time", SimpleNamespace(perf_counter=graph_clock.perf_counter))
-    monkeypatch.setattr(episode_mod, "time", SimpleNamespace(perf_counter=episode_clock.perf_counter))
+    monkeypatch.setattr(graph_mod, "time", SimpleNamespace(perf_counter=graph_clock.perf_counter, time_ns=time.time_ns))
+    monkeypatch.setattr(episode_mod, "time", SimpleNamespace(perf_counter=episode_clock.perf_counter,
+                                                             time_ns=time.time_ns))
     # the budget the Agent builds for the run, with its clock injected
     monkeypatch.setattr(episode_mod, "SearchBudget", functools.partial(SearchBudget, clock=search_clock.perf_counter))
     tool = TableTool(TABLE)
@@ -302,11 +305,17 @@ def test_timing_sums_llm_and_search_seconds(monkeypatch):
                AgentConfig(llm="scripted:<inline>", max_searches=5)).run("A claim.")
     assert ep.timing == {"total_s": round(episode_clock.step, 4), "llm_s": round(3 * graph_clock.step, 4),
                          "search_s": round(3 * search_clock.step, 4)}
+    # and when each ran (a trace's spans): 3 turns, 3 searches, each after the one before, all within the episode
+    [(began, ended)] = ep.clock["episode"]
+    assert len(ep.clock["llm"]) == 3 and len(ep.clock["search"]) == 3
+    turn1, turn2, turn3 = ep.clock["llm"]
+    assert began <= turn1[0] <= turn1[1] <= ep.clock["search"][0][0] <= ep.clock["search"][1][1] <= turn2[0]
+    assert turn2[1] <= ep.clock["search"][2][0] <= ep.clock["search"][2][1] <= turn3[0] <= turn3[1] <= ended
 
 
 def test_timing_counts_a_failed_llm_call(monkeypatch):
     clock = Clock(0.0123456)
-    monkeypatch.setattr(graph_mod, "time", SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(graph_mod, "time", SimpleNamespace(perf_counter=clock.perf_counter, time_ns=time.time_ns))
 
     class Dead(TurnLLM):
         def chat(self, messages, tools):
@@ -314,7 +323,7 @@ def test_timing_counts_a_failed_llm_call(monkeypatch):
 
     ep = Agent(Dead([]), TableTool(TABLE), AgentConfig(llm="x")).run("A claim.")
     assert ep.timing["llm_s"] == round(clock.step, 4) and ep.timing["search_s"] == 0.0
-    assert ep.llm_calls == 1 and ep.final_text == ""
+    assert ep.llm_calls == 1 and ep.final_text == "" and len(ep.clock["llm"]) == 1
 
 
 def test_token_usage_is_kept_on_the_message_and_never_sent_back_to_a_server():

@@ -5,13 +5,18 @@ batch traces `tracking.trace_samples` episodes; nothing is traced without --mlfl
 from __future__ import annotations
 
 import json
+import time
 
 import mlflow
 import pytest
 import yaml
 from typer.testing import CliRunner
 
+from biocheck.agent import tracing
+from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.cli import app
+from biocheck.llm.scripted import ScriptedChat
+from biocheck.pubmed.search import SearchConfig, SearchTool, search_tool
 from biocheck.tracking import tracking_uri
 from tests.test_agent import REPORT, search
 
@@ -95,3 +100,48 @@ def test_trace_samples_must_be_a_whole_number(workdir, value):
     r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", "scripted:script.json", "--mlflow"])
     assert r.exit_code == 1 and "error:" in r.output and "trace_samples" in r.output
     assert "Traceback" not in r.output
+
+
+class _SlowChat(ScriptedChat):
+    """Scripted turns that take a while, as a model's do."""
+
+    def chat(self, messages, tools):
+        time.sleep(0.02)
+        return super().chat(messages, tools)
+
+
+class _SlowTool(SearchTool):
+    def run(self, query, n=None):
+        time.sleep(0.02)
+        return super().run(query, n)
+
+
+def test_spans_start_and_end_when_their_steps_ran(workdir, evidence):
+    """The spans carry the times each step ran (recorded in the episode), not the moment they were written."""
+    cfg, _ = evidence
+    inner = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store, max_results=3))
+    agent = Agent(_SlowChat([search("vitamin D AND fracture*"), {"content": REPORT}]),
+                  _SlowTool(inner.backend, inner.max_results), AgentConfig(llm="scripted:<inline>"))
+    ep = agent.run("Vitamin D prevents fractures.")
+    written = time.time_ns()
+    mlflow.set_tracking_uri(tracking_uri())
+    with mlflow.start_run() as run:
+        trace_id = tracing.log_episode(ep)
+    [trace] = mlflow.search_traces(run_id=run.info.run_id, return_type="list", flush=True)
+    assert trace.info.trace_id == trace_id
+    spans = sorted(trace.data.spans, key=lambda s: s.start_time_ns)
+    assert [s.name for s in spans] == ["episode", "llm turn 1", "search_pubmed", "llm turn 2"]
+    root, turn1, hit, turn2 = spans
+    assert root.end_time_ns <= written  # every span ended before the trace was written
+    # in the order they ran, one after the other, within the episode
+    assert root.start_time_ns <= turn1.start_time_ns < turn1.end_time_ns <= hit.start_time_ns < hit.end_time_ns
+    assert hit.end_time_ns <= turn2.start_time_ns < turn2.end_time_ns <= root.end_time_ns
+
+    def seconds(span) -> float:
+        return (span.end_time_ns - span.start_time_ns) / 1e9
+
+    # each span lasts as long as the episode says its step took (its own clock, rounded to 0.1 ms)
+    assert seconds(hit) >= ep.timing["search_s"] - 1e-4
+    assert seconds(turn1) + seconds(turn2) >= ep.timing["llm_s"] - 1e-4
+    assert seconds(root) >= ep.timing["total_s"] - 1e-4
+    assert seconds(root) >= seconds(turn1) + seconds(hit) + seconds(turn2)

@@ -392,8 +392,10 @@ class EvalSetup:
 
 
 def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Path | str | None = None,
-                   model: str | None = None, **overrides: Any) -> EvalSetup:
-    """evaluate_stage's inputs; `model` (eval_model) replaces the eg_grpo system's model (None: models/selected)."""
+                   model: str | None = None, fingerprints: dict[str, str] | None = None,
+                   **overrides: Any) -> EvalSetup:
+    """evaluate_stage's inputs; `model` (eval_model) replaces the eg_grpo system's model (None: models/selected);
+    `fingerprints`: systems' fingerprints known already (a sharded run's shards report them)."""
     from biocheck.data.prepare import load_full, load_split
     from biocheck.evaluate.config import BASELINES, DATASETS
     from biocheck.evaluate.systems import make_system
@@ -414,7 +416,8 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
         maker["eg_grpo"] = aliases.LOCAL.get(model, "")  # a folder, spec or registered version: nothing to suggest
     for name in cfg.systems:
         _check_model(maker[name], models[name])
-    systems = {name: make_system(name, llm=models[name], agent_cfg=agent_cfg, search_cfg=search_cfg, eval_cfg=cfg)
+    systems = {name: make_system(name, llm=models[name], agent_cfg=agent_cfg, search_cfg=search_cfg, eval_cfg=cfg,
+                                 fingerprint=(fingerprints or {}).get(name))
                for name in cfg.systems}
     claims = {}
     for d in cfg.datasets:
@@ -445,10 +448,13 @@ def _model_alias(model: str, registered: str) -> str:
 
 
 def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
-                   out: Path | str | None = None, model: str | None = None, **overrides: Any) -> dict:
+                   out: Path | str | None = None, model: str | None = None,
+                   fingerprints: dict[str, str] | None = None, **overrides: Any) -> dict:
     """Every system in evaluate.systems on every dataset in evaluate.datasets; `out` puts every output of an
     ad-hoc run (outside DVC) under one folder instead of eval/, metrics/ and reports/; `model` (eval_model)
-    is the model the eg_grpo system runs (None: models/selected, the newest selection)."""
+    is the model the eg_grpo system runs (None: models/selected, the newest selection); `fingerprints`: the
+    systems' fingerprints as the shards of a sharded run reported them, so the full pass finds their episodes
+    without building any."""
     from biocheck.evaluate.stage import evaluate
 
     p = params_of(params)
@@ -459,7 +465,7 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
     if model is not None:
         ran["eg_grpo"] = _model_alias(model, registered)
     track = tracked(p, registered_model=registered, model_aliases=ran)
-    setup = evaluate_setup(p, out=out, model=model, **overrides)
+    setup = evaluate_setup(p, out=out, model=model, fingerprints=fingerprints, **overrides)
     scorer, about = eval_scorer(p, setup.cfg)
     # MLflow (evaluate/compare.log_mlflow): a run `evaluate` with one child per (system, dataset) in the eval
     # experiment; the metrics go onto the registered versions whose weights the systems ran.
@@ -589,25 +595,38 @@ def audit_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
 
 
 def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | str | None = None,
-                   model: str | None = None, **overrides: Any) -> dict:
+                   model: str | None = None, run: str | None = None, **overrides: Any) -> dict:
     """One shard (evaluate/shards.Shard) of a sharded evaluation, on a Dask worker (flows/evaluate.py): its
     episodes, cached as traces where evaluate_stage with the same arguments finds them; no predictions,
-    no metrics (that pass writes them)."""
-    from biocheck.evaluate.shards import run_shard
+    no metrics (that pass writes them), the system's fingerprint and how many systems it built. With `run` (the
+    flow run's id) the worker keeps the system it built for the next shard of the same system in that run
+    (shards.held); a later run builds its own, as its models or index may have changed in between."""
+    from biocheck.evaluate.shards import held, run_shard
+    from biocheck.evaluate.systems import Lazy
+    from biocheck.io import json_digest
 
-    setup = evaluate_setup(params, out=out, model=model,
+    p = params_of(params)
+    setup = evaluate_setup(p, out=out, model=model,
                            **{**overrides, "systems": [shard.system], "datasets": [shard.dataset]})
     by_id = {c.id: c for c in setup.claims[shard.dataset]}
     missing = [i for i in shard.claim_ids if i not in by_id]
     if missing:
         raise InputError(f"{shard.name}: claim(s) {', '.join(missing[:5])} are no longer in the {shard.dataset} "
                          "split (it changed during the run); run the evaluation again.")
-    system = setup.systems[shard.system]
+    built = Lazy.builds
+    if run is None:
+        system = setup.systems[shard.system]
+    else:  # within one run, the same params, folder, model and settings build the same system, whatever the dataset
+        key = (run, str(Path.cwd()), json_digest(p), str(out), model,
+               json_digest({k: v for k, v in overrides.items() if k != "datasets"}), shard.system)
+        system = held(key, lambda: setup.systems[shard.system])
     try:
-        return run_shard(system, [by_id[i] for i in shard.claim_ids], shard.dataset, setup.cfg.out_dir,
+        done = run_shard(system, [by_id[i] for i in shard.claim_ids], shard.dataset, setup.cfg.out_dir,
                          workers=setup.cfg.workers)
     finally:
-        system.close()
+        if run is None:
+            system.close()
+    return {**done, "builds": Lazy.builds - built}
 
 
 __all__ = ["DEFAULT_PARAMS", "EvalSetup", "audit_config", "audit_setup", "audit_stage",

@@ -63,6 +63,8 @@ class SearchBudget:
         self.ledger: dict[str, Article] = {}  # every paper retrieved, by PMID (first retrieval wins)
         self.errors: list[str] = []  # search errors (the backend's text) and malformed-call texts
         self.search_seconds = 0.0
+        # wall-clock start and end (ns since the epoch) of each search in `queries`: a trace's spans (agent/tracing.py)
+        self.search_times: list[tuple[int, int]] = []
 
     @property
     def exhausted(self) -> bool:
@@ -99,9 +101,10 @@ class SearchBudget:
         return [q.query for q in self.queries]
 
     def _search(self, query: str) -> str:
-        t0 = self._clock()
+        t0, began = self._clock(), time.time_ns()
         out = self.tool.run(query)
         self.search_seconds += self._clock() - t0
+        self.search_times.append((began, time.time_ns()))
         self.queries.append(QueryRecord(query=query, pmids=[r["pmid"] for r in out.results], error=out.error,
                                         n_results=len(out.results), backend=out.backend,
                                         translation=out.translation))

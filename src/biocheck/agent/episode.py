@@ -92,6 +92,9 @@ class Episode(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     run_key: dict[str, Any] = Field(default_factory=dict)  # what produced this trace (a batch rerun compares it)
     timing: dict[str, float] = Field(default_factory=dict)
+    # when each part ran, wall-clock start and end in ns since the epoch: the episode ("episode": one pair), each
+    # model turn ("llm") and each search in `queries` ("search"), in order; a trace's spans take these times
+    clock: dict[str, list[tuple[int, int]]] = Field(default_factory=dict)
     started_at: str = ""
     biocheck_version: str = __version__
 
@@ -122,12 +125,12 @@ class Agent:
     def run(self, claim: str, claim_id: str | None = None, dataset: str | None = None,
             gold_label: Label | str | None = None) -> Episode:
         started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.time_ns()
         budget = self.new_budget()
         state = self.graph.invoke({"messages": self.initial_messages(claim), "refusals": 0, "llm_calls": 0},
                                   {"recursion_limit": recursion_limit(self.graph_cfg),
                                    "configurable": {"budget": budget}})
-        total = time.perf_counter() - t0
+        total, ended = time.perf_counter() - t0, time.time_ns()
         messages = state["messages"]
         last = messages[-1] if messages else {}
         final_text = last.get("content", "") if last.get("role") == "assistant" else ""
@@ -144,5 +147,7 @@ class Agent:
             config=asdict(self.cfg),
             timing={"total_s": round(total, 4), "llm_s": round(state.get("llm_seconds", 0.0), 4),
                     "search_s": round(budget.search_seconds, 4)},
+            clock={"episode": [(began, ended)], "llm": list(state.get("llm_times", [])),
+                   "search": list(budget.search_times)},
             started_at=started,
         )

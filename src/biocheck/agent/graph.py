@@ -35,6 +35,7 @@ class AgentState(TypedDict, total=False):
     refusals: int  # rounds of tool calls refused after the budget was spent
     llm_calls: int
     llm_seconds: Annotated[float, operator.add]
+    llm_times: Annotated[list[tuple[int, int]], operator.add]  # each turn's wall-clock start and end, ns since the epoch
     stop_reason: str
 
 
@@ -62,19 +63,19 @@ def build_graph(llm: ChatLLM, cfg: GraphConfig, prompts: Prompts):
     tools = [prompts.tool_schema()]
 
     def llm_node(state: AgentState) -> dict:
-        t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.time_ns()
         try:
             turn = llm.chat(state["messages"], tools)
         except LLMError as e:  # a dead server ends this episode, not the whole batch
             return {"stop_reason": f"{LLM_ERROR}: {redact(e)}", "llm_seconds": time.perf_counter() - t0,
-                    "llm_calls": state.get("llm_calls", 0) + 1}
+                    "llm_calls": state.get("llm_calls", 0) + 1, "llm_times": [(began, time.time_ns())]}
         msg = turn.to_message()
         if turn.raw is not None:
             msg["raw"] = turn.raw  # kept for traces; chat templates ignore unknown keys
         if getattr(turn, "usage", None):
             msg["usage"] = dict(turn.usage)  # tokens per claim in evaluation; never sent back to a server
         return {"messages": [msg], "llm_calls": state.get("llm_calls", 0) + 1,
-                "llm_seconds": time.perf_counter() - t0}
+                "llm_seconds": time.perf_counter() - t0, "llm_times": [(began, time.time_ns())]}
 
     def tools_node(state: AgentState, config) -> dict:
         return {"messages": tool_messages(config["configurable"]["budget"], state["messages"][-1])}

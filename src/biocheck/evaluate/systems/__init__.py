@@ -29,13 +29,19 @@ WRITES_REPORT = {name: name in AGENTS for name in SYSTEMS}  # known before any m
 
 class Lazy:
     """A `System` built on first use (fingerprint or run) and dropped by `close()`; the fingerprint stays.
-    `evidence`: the searched index's content fingerprint, part of the fingerprint (new papers, new episodes)."""
+    `evidence`: the searched index's content fingerprint, part of the fingerprint (new papers, new episodes);
+    `fingerprint`: the whole fingerprint when it is known already."""
 
-    def __init__(self, name: str, writes_report: bool, build: Callable[[], Any], evidence: str | None = None) -> None:
+    builds = 0  # systems built in this process (benchmarks and tests count them; a build loads a model)
+
+    def __init__(self, name: str, writes_report: bool, build: Callable[[], Any], evidence: str | None = None,
+                 fingerprint: str | None = None) -> None:
         self.name, self.writes_report, self.evidence = name, writes_report, evidence
         self._build = build
         self._system: Any = None
-        self._fingerprint: str | None = None
+        # known already (a sharded evaluation's shards built it from the same params): checking cached episodes
+        # against it then builds nothing
+        self._fingerprint: str | None = fingerprint
         self._describe: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -44,6 +50,7 @@ class Lazy:
         with self._lock:  # workers share one system; build it once
             if self._system is None:
                 self._system = self._build()
+                Lazy.builds += 1
                 if bool(self._system.writes_report) != self.writes_report:
                     raise RuntimeError(f"{self.name}: built a system with writes_report="
                                        f"{self._system.writes_report}, the registry says {self.writes_report}")
@@ -71,10 +78,12 @@ class Lazy:
             self._system = None
 
 
-def make_system(name: str, *, llm: str, agent_cfg: Any, search_cfg: Any, eval_cfg: Any = None) -> System:
+def make_system(name: str, *, llm: str, agent_cfg: Any, search_cfg: Any, eval_cfg: Any = None,
+                fingerprint: str | None = None) -> System:
     """The system `name` with the model `llm` (a spec, as `agent.llm`), the agent's budgets and generation
     settings (`agent_cfg`), the search backend (`search_cfg`) and the baselines' settings (`eval_cfg.cer`,
-    `eval_cfg.fire`). Settings are checked now; the model is loaded on first use."""
+    `eval_cfg.fire`). Settings are checked now; the model is loaded on first use. `fingerprint`: the system's
+    fingerprint when a run with the same settings reported it (then none is computed)."""
     if name not in SYSTEMS:
         raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
     agent_cfg = dataclasses.replace(agent_cfg, llm=llm)  # the episode's config records the model it ran
@@ -82,7 +91,8 @@ def make_system(name: str, *, llm: str, agent_cfg: Any, search_cfg: Any, eval_cf
     evidence = None if name == "no_retrieval" else evidence_fingerprint(search_cfg)
     # the claims in flight (evaluate.workers) share one model: their greedy turns are generated as one batch
     batch = getattr(eval_cfg, "workers", 1) if getattr(eval_cfg, "batch_turns", False) else 1
-    return Lazy(name, WRITES_REPORT[name], lambda: _build(name, agent_cfg, search_cfg, settings, batch), evidence)
+    return Lazy(name, WRITES_REPORT[name], lambda: _build(name, agent_cfg, search_cfg, settings, batch), evidence,
+                fingerprint)
 
 
 def _settings(name: str, agent_cfg: Any, eval_cfg: Any) -> Any:

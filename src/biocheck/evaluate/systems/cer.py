@@ -99,9 +99,9 @@ class CER:
 
     def run(self, claim: ClaimRecord) -> Episode:
         trace = Trace(self.llm, self.llm_fingerprint, claim)
-        t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.time_ns()
         out = self.tool.run(claim.claim, self.cfg.retrieve)
-        search_s = time.perf_counter() - t0
+        search_s, searched = time.perf_counter() - t0, (began, time.time_ns())
         record = QueryRecord(query=claim.claim, pmids=[r["pmid"] for r in out.results], n_results=len(out.results),
                              error=out.error, backend=out.backend, translation=out.translation)
         errors = [out.error] if out.error else []
@@ -118,4 +118,4 @@ class CER:
         return trace.episode(final_text=text, label=label, problems=problems, stop_reason="final_answer",
                              prompt_hash=self.prompt_hash, config=self.cfg, search_backend=self.search_backend,
                              searches=1, queries=[record], ledger=ledger, tool_errors=errors + rank_errors,
-                             search_seconds=search_s)
+                             search_seconds=search_s, search_times=[searched])

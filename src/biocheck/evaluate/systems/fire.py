@@ -192,4 +192,5 @@ class FIRE:
         return trace.episode(final_text=final_text, label=label, problems=problems, stop_reason=stop,
                              prompt_hash=self.prompt_hash, config=self.cfg, search_backend=self.search_backend,
                              searches=budget.searches, queries=budget.queries, ledger=budget.ledger,
-                             tool_errors=budget.errors, search_seconds=budget.search_seconds)
+                             tool_errors=budget.errors, search_seconds=budget.search_seconds,
+                             search_times=budget.search_times)

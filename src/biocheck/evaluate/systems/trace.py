@@ -40,16 +40,17 @@ class Trace:
         self.messages: list[dict[str, Any]] = []
         self.llm_calls = 0
         self.llm_seconds = 0.0
+        self.llm_times: list[tuple[int, int]] = []  # each turn's wall-clock start and end (ns since the epoch)
         self.error: str | None = None  # "llm_error: ..." once the model failed
         self.started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        self._t0 = time.perf_counter()
+        self._t0, self._began = time.perf_counter(), time.time_ns()
 
     def say(self, role: str, content: str) -> None:
         self.messages.append({"role": role, "content": content})
 
     def ask(self) -> AssistantTurn | None:
         """One model turn on the conversation so far (appended to it); None when the model failed."""
-        t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.time_ns()
         self.llm_calls += 1
         try:
             turn = self.llm.chat(list(self.messages), [])  # no tools: the baselines read plain text
@@ -58,6 +59,7 @@ class Trace:
             return None
         finally:
             self.llm_seconds += time.perf_counter() - t0
+            self.llm_times.append((began, time.time_ns()))
         msg = turn.to_message()
         if turn.raw is not None:
             msg["raw"] = turn.raw
@@ -69,7 +71,8 @@ class Trace:
     def episode(self, *, final_text: str, label: Label | None, problems: list[str], stop_reason: str,
                 prompt_hash: str, config: Any, search_backend: str = "", searches: int = 0,
                 queries: list[QueryRecord] | None = None, ledger: dict[str, Article] | None = None,
-                tool_errors: list[str] | None = None, search_seconds: float = 0.0) -> Episode:
+                tool_errors: list[str] | None = None, search_seconds: float = 0.0,
+                search_times: list[tuple[int, int]] | None = None) -> Episode:
         c = self.claim
         return Episode(
             claim=c.claim, claim_id=c.id, dataset=c.dataset, gold_label=c.label,
@@ -81,5 +84,7 @@ class Trace:
             search_backend=search_backend, config=asdict(config) if is_dataclass(config) else dict(config or {}),
             timing={"total_s": round(time.perf_counter() - self._t0, 4), "llm_s": round(self.llm_seconds, 4),
                     "search_s": round(search_seconds, 4)},
+            clock={"episode": [(self._began, time.time_ns())], "llm": list(self.llm_times),
+                   "search": list(search_times or [])},
             started_at=self.started,
         )
