@@ -123,7 +123,9 @@ def _with_password(url: str) -> str:
     return url.replace("http://", f"http://user:{PASSWORD}@", 1)
 
 
-def _search(tmp_path: Path, url: str, attempts: int = 1, deadline: float = 2.0) -> subprocess.CompletedProcess:
+def _search(tmp_path: Path, url: str, attempts: int = 1, deadline: float = 2.0,
+            before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`biocheck [before] search aspirin --params params.yaml [after]` against `url`."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["search"].update(backend="entrez", max_attempts=attempts, timeout_s=1, deadline_s=deadline)
     params["evidence"]["store"] = str(tmp_path / "evidence.sqlite")
@@ -131,7 +133,8 @@ def _search(tmp_path: Path, url: str, attempts: int = 1, deadline: float = 2.0) 
     env = {**os.environ, "BIOCHECK_EUTILS_URL": _with_password(url), "NCBI_API_KEY": KEY,
            "XDG_CACHE_HOME": str(tmp_path / "cache"), "BIOCHECK_RATELIMIT_DIR": str(tmp_path / "rl"),
            "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "80"}
-    return subprocess.run([sys.executable, "-m", "biocheck", "search", "aspirin", "--params", "params.yaml"],
+    return subprocess.run([sys.executable, "-m", "biocheck", *before, "search", "aspirin", "--params",
+                           "params.yaml", *after],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -189,3 +192,21 @@ def test_the_same_server_answers_when_healthy(tmp_path):
         server.close()
     assert run.returncode == 0, run.stderr
     assert "31000001" in run.stdout and server.requests[0]["api_key"] == KEY
+
+
+@pytest.mark.parametrize(("before", "after", "one_line"), [
+    pytest.param((), ("--json",), True, id="json"),
+    pytest.param(("-v",), (), False, id="verbose"),  # debug lines too, but still no traceback and no secret
+])
+def test_json_and_verbose_runs_fail_the_same_way(tmp_path, before, after, one_line):
+    server = _Server("127.0.0.1", "503")
+    try:
+        run = _search(tmp_path, server.url, before=before, after=after)
+    finally:
+        server.close()
+    lines = run.stderr.splitlines()
+    assert run.returncode == 1 and "Traceback" not in run.stderr and run.stdout == ""
+    assert [line for line in lines if line.startswith("error: ")] == lines[-1:]
+    assert "(last error: HTTP 503)" in lines[-1]
+    assert len(lines) == 1 if one_line else len(lines) > 1
+    assert PASSWORD not in run.stderr and KEY not in run.stderr
