@@ -76,3 +76,57 @@ def test_the_judge_refuses_a_redirect_in_one_line(redirecting):
     with pytest.raises(JudgeError, match=r"^openai:m: .*redirects \(HTTP 307\) to http://127\.0\.0\.2:") as err:
         judge.score([("Aspirin prevents heart attacks.", Article(pmid="1", title="t", abstract="a"))])
     assert catcher.requests == [] and KEY not in str(err.value)
+
+
+class _Recorder:
+    """A loopback HTTP server that records each request's Authorization header and answers `answer(path)`."""
+
+    def __init__(self, host: str, answer) -> None:
+        from http.server import BaseHTTPRequestHandler
+
+        self.auth: list[str | None] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a) -> None:
+                pass
+
+            def _any(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.auth.append(self.headers.get("Authorization"))
+                status, headers = answer(self.path)
+                self.send_response(status)
+                for k, v in {"Content-Length": "0", **headers}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+
+            do_GET = do_POST = _any  # noqa: N815 - http.server's names
+
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_mlflow_drops_its_token_on_a_redirect_to_another_host(monkeypatch):
+    # MLflow's own HTTP client (requests) is not ours to change; this pins that it already drops the
+    # Authorization header when a tracking server redirects to another host, as the other clients do.
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    catcher = _Recorder("127.0.0.2", lambda path: (404, {}))
+    server = _Recorder("127.0.0.1", lambda path: (307, {"Location": catcher.url + path}))
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", KEY)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    try:
+        with pytest.raises(MlflowException):
+            mlflow.MlflowClient(tracking_uri=server.url).get_experiment("0")
+    finally:
+        server.close()
+        catcher.close()
+    assert server.auth and server.auth[0] == f"Bearer {KEY}"  # the token went to its own host
+    assert catcher.auth and set(catcher.auth) == {None}  # the redirect was followed, without it
