@@ -183,3 +183,55 @@ def test_a_deadline_spent_on_waits_ends_the_request_before_the_next_attempt():
     with pytest.raises(BackendError, match=r"no complete answer within 3 s \(search.deadline_s\)"):
         transport.call("esearch.fcgi", {}, lambda body: body)
     assert slept == []  # a 4-8 s backoff would pass the 3 s deadline: no wait, no second attempt
+
+
+def test_a_gzip_bomb_is_inflated_no_further_than_the_cap(monkeypatch):
+    import gzip
+    import zlib
+
+    from biocheck.pubmed import transport as transport_module
+
+    bomb = gzip.compress(b"\0" * (32 * 2**20), compresslevel=9)  # 32 MiB of zeros in ~32 KB
+    inflated: list[int] = []
+    real = zlib.decompressobj
+
+    class Spy:  # counts what the decompressor hands out
+        def __init__(self, wbits: int) -> None:
+            self._d = real(wbits)
+
+        def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+            out = self._d.decompress(data, max_length)
+            inflated.append(len(out))
+            return out
+
+        @property
+        def unconsumed_tail(self) -> bytes:
+            return self._d.unconsumed_tail
+
+    monkeypatch.setattr(transport_module.zlib, "decompressobj", Spy)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        transport = EutilsTransport(f"http://127.0.0.1:{server.server_port}/", {}, RateLimiter(10), timeout=5.0,
+                                    policy=RetryPolicy(max_attempts=3))
+        transport.max_reply_bytes = 2**20
+        with pytest.raises(BackendError, match=r"^PubMed esearch sent a reply over 1 MiB \(decoded\); refused"):
+            transport.call("esearch.fcgi", {}, lambda body: body)
+        transport.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 2**20 < sum(inflated) <= 2**20 + 1  # stopped one byte past the cap, not at 32 MiB
