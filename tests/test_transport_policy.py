@@ -12,8 +12,8 @@ import pytest
 
 from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError
 from biocheck.pubmed.ratelimit import RateLimiter
-from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy
-from biocheck.pubmed.types import SearchError
+from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy, credential_may_follow
+from biocheck.pubmed.types import BackendError, SearchError
 
 
 def test_a_policy_without_attempts_sends_nothing_and_says_so():
@@ -124,3 +124,114 @@ def test_a_redirect_is_followed_with_the_request_body():
         server.shutdown()
         server.server_close()
     assert got == [("/old/esearch.fcgi", b"term=x"), ("/new/esearch.fcgi", b"term=x")]
+
+
+@pytest.mark.parametrize(("origin", "target", "allowed"), [
+    ("https://eutils.ncbi.nlm.nih.gov/a", "https://eutils.ncbi.nlm.nih.gov/b", True),  # same host, https
+    ("http://eutils.ncbi.nlm.nih.gov/a", "https://eutils.ncbi.nlm.nih.gov/b", True),  # upgraded to https
+    ("https://eutils.ncbi.nlm.nih.gov/a", "http://eutils.ncbi.nlm.nih.gov/b", False),  # downgraded: in clear text
+    ("https://eutils.ncbi.nlm.nih.gov/a", "https://evil.example/b", False),  # another host
+    ("https://eutils.ncbi.nlm.nih.gov/a", "https://eutils.ncbi.nlm.nih.gov.evil.example/", False),
+    ("http://127.0.0.1:8000/a", "http://127.0.0.1:9000/b", True),  # loopback keeps plain http
+    ("http://127.0.0.1:8000/a", "http://127.0.0.2:8000/b", False),  # another loopback address: another host
+])
+def test_a_credential_follows_a_redirect_only_on_its_host_over_https(origin, target, allowed):
+    assert credential_may_follow(httpx.URL(origin), httpx.URL(target)) is allowed
+
+
+def test_a_redirect_off_the_host_is_refused_before_the_key_is_sent():
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        if request.url.host == "eutils.test":
+            return httpx.Response(307, headers={"Location": "https://catcher.test/esearch.fcgi"})
+        return httpx.Response(200, content=b"<ok/>")
+
+    stub = httpx.Client(transport=httpx.MockTransport(handler), follow_redirects=True)
+    transport = EutilsTransport("http://eutils.test", {"api_key": "k-123456"}, RateLimiter(10), timeout=1.0,
+                                policy=RetryPolicy(max_attempts=3), http=stub, sleep=lambda s: None)
+    with pytest.raises(BackendError, match=r"^PubMed esearch: http://eutils.test/esearch.fcgi redirects to "
+                                           r"https://catcher.test/esearch.fcgi; refused") as err:
+        transport.call("esearch.fcgi", {"term": "x"}, lambda body: body)
+    assert [r.url.host for r in sent] == ["eutils.test"]  # one request, to the key's own host, no retry
+    assert "k-123456" not in str(err.value)
+
+
+def test_without_a_key_a_redirect_to_another_host_is_followed():
+    hosts: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hosts.append(request.url.host)
+        if request.url.host == "eutils.test":
+            return httpx.Response(307, headers={"Location": "https://mirror.test/esearch.fcgi"})
+        return httpx.Response(200, content=b"<ok/>")
+
+    stub = httpx.Client(transport=httpx.MockTransport(handler), follow_redirects=True)
+    transport = EutilsTransport("http://eutils.test", {}, RateLimiter(10), timeout=1.0,
+                                policy=RetryPolicy(max_attempts=1), http=stub)
+    assert transport.call("esearch.fcgi", {}, lambda body: body) == b"<ok/>"
+    assert hosts == ["eutils.test", "mirror.test"]
+
+
+def test_a_deadline_spent_on_waits_ends_the_request_before_the_next_attempt():
+    slept: list[float] = []
+    stub = httpx.Client(transport=httpx.MockTransport(lambda req: httpx.Response(503)))
+    transport = EutilsTransport("http://eutils.test", {}, RateLimiter(10), timeout=1.0,
+                                policy=RetryPolicy(max_attempts=5, backoff_base=8.0, deadline=3.0), http=stub,
+                                sleep=slept.append)
+    with pytest.raises(BackendError, match=r"no complete answer within 3 s \(search.deadline_s\)"):
+        transport.call("esearch.fcgi", {}, lambda body: body)
+    assert slept == []  # a 4-8 s backoff would pass the 3 s deadline: no wait, no second attempt
+
+
+def test_a_gzip_bomb_is_inflated_no_further_than_the_cap(monkeypatch):
+    import gzip
+    import zlib
+
+    from biocheck.pubmed import transport as transport_module
+
+    bomb = gzip.compress(b"\0" * (32 * 2**20), compresslevel=9)  # 32 MiB of zeros in ~32 KB
+    inflated: list[int] = []
+    real = zlib.decompressobj
+
+    class Spy:  # counts what the decompressor hands out
+        def __init__(self, wbits: int) -> None:
+            self._d = real(wbits)
+
+        def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+            out = self._d.decompress(data, max_length)
+            inflated.append(len(out))
+            return out
+
+        @property
+        def unconsumed_tail(self) -> bytes:
+            return self._d.unconsumed_tail
+
+    monkeypatch.setattr(transport_module.zlib, "decompressobj", Spy)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        transport = EutilsTransport(f"http://127.0.0.1:{server.server_port}/", {}, RateLimiter(10), timeout=5.0,
+                                    policy=RetryPolicy(max_attempts=3))
+        transport.max_reply_bytes = 2**20
+        with pytest.raises(BackendError, match=r"^PubMed esearch sent a reply over 1 MiB \(decoded\); refused"):
+            transport.call("esearch.fcgi", {}, lambda body: body)
+        transport.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 2**20 < sum(inflated) <= 2**20 + 1  # stopped one byte past the cap, not at 32 MiB

@@ -373,7 +373,7 @@ def search(
         queries = [query]
     failed = False
     for q in queries:
-        out = tool.run(q)
+        out = _run(tool.run, q)  # a backend that cannot answer (down, refused redirect, deadline) ends it in one line
         failed |= out.error is not None
         if as_json:
             _echo(json.dumps({"query": out.query, "results": out.results, "error": out.error},

@@ -45,7 +45,7 @@ _HASHED = re.compile(rf".*-[0-9a-f]{{{HASH_CHARS}}}")
 _PLAIN = re.compile(r"[a-z0-9_-][a-z0-9._-]*")  # ASCII only: other scripts fold case unlike Python's lower()
 CLAIM_FIELDS = ("claim_id", "claim", "dataset", "gold_label")  # the claim's part of a run key; the rest is the run's
 # how, not what: no effect on a trace
-NOT_IN_KEY = {"agent": ("workers", "request_timeout_s"), "search": ("timeout_s", "max_attempts")}
+NOT_IN_KEY = {"agent": ("workers", "request_timeout_s"), "search": ("timeout_s", "max_attempts", "deadline_s")}
 EXAMPLE = '{"claim": "Vitamin D prevents fractures.", "id": "c1"}'
 
 # --- claims --------------------------------------------------------------------------------------------------

@@ -10,6 +10,9 @@ one that does not fit (a message that is a string, tool calls that are not a lis
 no choices, a body that is not JSON) is an LLMError naming the server and the fault, never a traceback; the
 agent makes it one failed episode. A request gets `timeout` seconds (`agent.request_timeout_s` for the
 agent) and is not retried after a timeout: a stalled server would only multiply the wait.
+
+The key is bound to OPENAI_BASE_URL's address: a redirect is never followed (the request would go,
+key and prompt included, wherever the server points); it is an LLMError naming both addresses.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ class OpenAIChat:
         headers = {"Authorization": f"Bearer {key}", **JSON} if key else dict(JSON)
         self.timeout = self.gen.request_timeout_s if timeout is None else timeout
         self._timeout_setting = TIMEOUT_SETTING if timeout is None else "its client's timeout"
-        self._client = httpx.Client(timeout=self.timeout, headers=headers)
+        self._client = httpx.Client(timeout=self.timeout, headers=headers, follow_redirects=False)
         self.max_attempts = max_attempts
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> AssistantTurn:
@@ -205,6 +208,10 @@ class OpenAIChat:
             raise _Busy(type(e).__name__) from None
         if r.status_code in RETRY_STATUS:
             raise _Busy(f"HTTP {r.status_code}")
+        if r.is_redirect:
+            raise self._error(f"{url} redirects (HTTP {r.status_code}) to {r.headers.get('Location', '')[:200]}; not "
+                              "followed, so the API key stays with the address it is for: set OPENAI_BASE_URL to "
+                              "the final address if the move is genuine", "", 0)
         if r.status_code >= 400:
             raise self._error(f"{url} answered HTTP {r.status_code}: ", r.text, 300)
         return r.content

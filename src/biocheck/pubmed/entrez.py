@@ -63,6 +63,7 @@ class EntrezClient:
         backoff_base: float = 0.5,
         backoff_max: float = 16.0,
         max_retry_after: float = 120.0,
+        deadline: float = 60.0,
         limiter: RateLimiter | None = None,
         http: httpx.Client | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -84,7 +85,7 @@ class EntrezClient:
             identity=identity,
             limiter=limiter or shared_limiter(host, key),
             timeout=timeout,
-            policy=RetryPolicy(max_attempts, backoff_base, backoff_max, max_retry_after),
+            policy=RetryPolicy(max_attempts, backoff_base, backoff_max, max_retry_after, deadline),
             http=http,
             sleep=sleep,
             rng=rng,
@@ -102,16 +103,18 @@ class EntrezClient:
     # ------------------------------------------------------------------ public API
 
     def search(self, query: str, n: int = 5) -> SearchResult:
-        """Top-`n` PubMed articles for `query` by relevance, in esearch's order."""
+        """Top-`n` PubMed articles for `query` by relevance, in esearch's order. The esearch and the
+        efetch share one deadline (`deadline` seconds from now): a search takes no longer, whatever the server does."""
         if not query or not query.strip():
             raise SearchError("empty PubMed query: give some search terms")
         if not 1 <= n <= MAX_RETMAX:
             raise SearchError(f"n must be between 1 and {MAX_RETMAX:,} (PubMed's most per search), got {n}")
         params = {"db": "pubmed", "term": query, "retmax": str(n), "sort": "relevance", "retmode": "xml"}
-        reply = self._transport.call("esearch.fcgi", params, _esearch_parser(query))
+        deadline = time.monotonic() + self._transport.policy.deadline
+        reply = self._transport.call("esearch.fcgi", params, _esearch_parser(query), deadline)
         searched_at = self._now().isoformat(timespec="seconds")
         self._log_notes(query, reply)
-        articles = self.fetch(reply.ids[:n]) if reply.ids else []
+        articles = self._fetch(reply.ids[:n], deadline) if reply.ids else []
         return SearchResult(
             query=query,
             backend=self.name,
@@ -123,12 +126,15 @@ class EntrezClient:
 
     def fetch(self, pmids: list[str]) -> list[Article]:
         """Articles for `pmids`, in the given order; ids PubMed does not return are dropped."""
+        return self._fetch(pmids, time.monotonic() + self._transport.policy.deadline)
+
+    def _fetch(self, pmids: list[str], deadline: float) -> list[Article]:
         ids = list(dict.fromkeys(str(p).strip() for p in pmids if str(p).strip()))
         found: dict[str, Article] = {}
         for start in range(0, len(ids), EFETCH_BATCH):
             batch = ids[start : start + EFETCH_BATCH]
             params = {"db": "pubmed", "retmode": "xml", "id": ",".join(batch)}
-            for article in self._transport.call("efetch.fcgi", params, parse_efetch):
+            for article in self._transport.call("efetch.fcgi", params, parse_efetch, deadline):
                 found[article.pmid] = article
         missing = [p for p in ids if p not in found]
         if missing:

@@ -42,8 +42,9 @@ class SearchConfig:
     max_results: int = 5  # papers per search (the agent's budget; the paper uses 5)
     index_dir: Path = Path("data/evidence/index")
     store: Path = Path("data/evidence/evidence.sqlite")
-    timeout_s: float = 10.0  # entrez: per request
+    timeout_s: float = 10.0  # entrez: per read (connect, each chunk of the reply)
     max_attempts: int = 5  # entrez: bounded retries with backoff
+    deadline_s: float = 60.0  # entrez: one whole search (esearch + efetch, every retry, wait and read)
 
     def __post_init__(self) -> None:
         self.index_dir, self.store = Path(self.index_dir), Path(self.store)
@@ -59,6 +60,9 @@ class SearchConfig:
         if not _is_number(self.timeout_s) or not (0 < self.timeout_s < math.inf):
             raise ValueError(f"search.timeout_s: {self.timeout_s!r} must be a number of seconds above 0 "
                              "(the wait for each E-utilities reply, e.g. 10)")
+        if not _is_number(self.deadline_s) or not (0 < self.deadline_s < math.inf):
+            raise ValueError(f"search.deadline_s: {self.deadline_s!r} must be a number of seconds above 0 "
+                             "(the most one PubMed search may take, retries included, e.g. 60)")
 
 
 def _is_int(value: object) -> bool:
@@ -92,7 +96,8 @@ def open_backend(cfg: SearchConfig):
     if cfg.backend == "entrez":
         from biocheck.pubmed.entrez import EntrezClient
 
-        return CachedSearch(EntrezClient(timeout=cfg.timeout_s, max_attempts=cfg.max_attempts), store)
+        return CachedSearch(EntrezClient(timeout=cfg.timeout_s, max_attempts=cfg.max_attempts,
+                                        deadline=cfg.deadline_s), store)
     # replay: recorded entrez answers first; other queries go to a local engine over the stored
     # PubMed abstracts (built in memory: the store does not change while replaying).
     index = LocalIndex.build(store.iter_articles(PUBMED))
