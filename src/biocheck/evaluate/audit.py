@@ -116,6 +116,8 @@ def audit(setup: AuditSetup) -> dict[str, Any]:
     cfg = setup.cfg
     if not setup.claims:
         raise InputError("reward audit: no SUPPORTED or REFUTED training claims to audit; check data.subset.train")
+    for c in setup.claims:  # gold the funnel cannot place is refused now, not after every episode has run
+        gold_papers(c.evidence, setup.sentences.get, where=f"claim {c.key}")
     groups: dict[str, list[Episode]] = {c.id: [] for c in setup.claims}
     for k, system in enumerate(setup.samples):
         try:
@@ -253,7 +255,7 @@ def _funnels(setup: AuditSetup, groups: dict[str, list[Episode]],
         for c in setup.claims:
             if c.label.value != lab:
                 continue
-            gold = gold_papers(c.evidence, setup.sentences.get)
+            gold = gold_papers(c.evidence, setup.sentences.get, where=f"claim {c.key}")
             for ep, b in zip(groups[c.id], breakdowns[c.id], strict=True):
                 found.append(funnel(gold, c.label, ep.ledger, b.entries, b.conclusion, setup.reward.threshold))
         out[lab] = summarize_funnel(found)
