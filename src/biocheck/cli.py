@@ -543,6 +543,10 @@ def check(
         _fail(f"--out {out}: is a file; give a folder for the traces (it is created when missing).", code=2)
     if trace is not None and trace.is_dir():
         _fail(f"--trace {trace}: is a folder; give a file name, e.g. --trace {trace / 'trace.json'}.", code=2)
+    if trace is not None:
+        from biocheck.outputs import claim_file
+
+        _run(claim_file, trace, "--trace")  # a device, FIFO or socket, or a place that cannot be written
     todo = _run(read_claims, claims) if claims is not None else None
     p = _run(params_of, params)
     select_cfg = _run(select_config, p)
@@ -1102,6 +1106,10 @@ def report_pr(
     from biocheck.io import write_text_atomic
     from biocheck.orchestration.pr_comment import PrCommentConfig, build
 
+    if out is not None:
+        from biocheck.outputs import claim_file
+
+        _run(claim_file, out, "--out")  # before the comment is built
     comment = build(PrCommentConfig(base=base, status_path=status, artifact_url=artifact_url,
                                     repro_outcome=repro_outcome, repro_log=repro_log, remote=remote))
     if out is None:
