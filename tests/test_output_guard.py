@@ -304,3 +304,10 @@ def test_report_pr_out_given_a_device_is_one_line_and_the_device_stays(workdir):
     one_error_line(runner.invoke(app, ["report", "pr", "--base", "main", "--out", str(dev)]),
                    "--out", "character device")
     assert dev.is_symlink() and os.readlink(dev) == "/dev/null"
+
+
+def test_reward_audit_out_given_a_folder_or_a_fifo_is_one_line_before_the_judge_loads(workdir):
+    (workdir / "taken").mkdir()
+    one_error_line(runner.invoke(app, ["reward", "audit", "--out", "taken"]), "--out taken", "is a folder")
+    fifo = _special(workdir, "fifo")
+    one_error_line(runner.invoke(app, ["reward", "audit", "--out", str(fifo)]), "--out", "named pipe (FIFO)")

@@ -229,3 +229,17 @@ def test_gold_the_funnel_cannot_place_is_refused_before_any_episode_runs(search_
     with pytest.raises(InputError, match=r"^claim scifact:2: gold paper 103 is not in the corpus"):
         audit(setup)
     assert calls == [] and not (tmp_path / "a").exists() and not (tmp_path / "a.json").exists()
+
+
+@pytest.mark.parametrize("where", ["report_path", "metrics_path"])
+def test_an_output_that_is_a_folder_is_refused_before_any_episode_runs(search_cfg, tmp_path, where):
+    calls = []
+    (tmp_path / "taken").mkdir()
+    paths = {"report_path": tmp_path / "a.json", "metrics_path": tmp_path / "m.json", where: tmp_path / "taken"}
+    cfg = AuditConfig(out_dir=tmp_path / "a", progress=False, **paths)
+    setup = AuditSetup(cfg=cfg, samples=[sample("sample0", lambda claim: calls.append(claim) or [], search_cfg)],
+                       claims=CLAIMS, reward=RewardConfig(), judge=None, papers=PAPERS,
+                       sentences={d: [a.abstract] for d, a in PAPERS.items()})
+    with pytest.raises(InputError, match=rf"^audit.{where} {tmp_path / 'taken'}: is a folder"):
+        audit(setup)
+    assert calls == [] and not (tmp_path / "a").exists()

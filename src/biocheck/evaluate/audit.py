@@ -40,6 +40,7 @@ from biocheck.evaluate.harness import load_episode, run_system
 from biocheck.evaluate.rationale import SIDE_LABEL, gold_docs
 from biocheck.io import InputError, write_json_atomic
 from biocheck.labels import Label
+from biocheck.outputs import claim_file
 from biocheck.pubmed.types import Article
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
 from biocheck.rewards.funnel import funnel, gold_papers
@@ -116,6 +117,9 @@ def audit(setup: AuditSetup) -> dict[str, Any]:
     cfg = setup.cfg
     if not setup.claims:
         raise InputError("reward audit: no SUPPORTED or REFUTED training claims to audit; check data.subset.train")
+    claim_file(cfg.report_path, "audit.report_path")  # outputs too: a folder or a FIFO there fails now
+    if cfg.metrics_path is not None:
+        claim_file(cfg.metrics_path, "audit.metrics_path")
     for c in setup.claims:  # gold the funnel cannot place is refused now, not after every episode has run
         gold_papers(c.evidence, setup.sentences.get, where=f"claim {c.key}")
     groups: dict[str, list[Episode]] = {c.id: [] for c in setup.claims}
