@@ -311,3 +311,30 @@ def test_reward_audit_out_given_a_folder_or_a_fifo_is_one_line_before_the_judge_
     one_error_line(runner.invoke(app, ["reward", "audit", "--out", "taken"]), "--out taken", "is a folder")
     fifo = _special(workdir, "fifo")
     one_error_line(runner.invoke(app, ["reward", "audit", "--out", str(fifo)]), "--out", "named pipe (FIFO)")
+
+
+def test_evaluate_out_given_a_file_or_a_fifo_is_one_line_before_any_work(workdir):
+    (workdir / "afile").write_text("keep me\n")
+    one_error_line(runner.invoke(app, ["evaluate", "--out", "afile"]), "--out afile", "is a file, not a folder")
+    assert (workdir / "afile").read_text() == "keep me\n"
+    fifo = _special(workdir, "fifo")
+    one_error_line(runner.invoke(app, ["evaluate", "--out", str(fifo)]), "--out", "named pipe (FIFO), not a folder")
+
+
+def test_check_claims_out_under_a_file_is_one_line_before_any_work(workdir):
+    (workdir / "afile").write_text("x")
+    (workdir / "claims.jsonl").write_text('{"id": "1", "claim": "Vitamin D prevents fractures."}\n')
+    one_error_line(runner.invoke(app, ["check", "--claims", "claims.jsonl", "--out", "afile/traces"]),
+                   "--out afile/traces", "afile is not a folder")
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path):
+    from biocheck.outputs import claim_folder
+
+    claim_folder(tmp_path / "new" / "deeper", "--out")  # missing folders are made later: fine
+    claim_folder(tmp_path, "--out")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="afile is not a folder"):
+        claim_folder(tmp_path / "afile" / "out", "--out")
+    with pytest.raises(InputError, match="is a socket, not a folder"):
+        claim_folder(_special(tmp_path, "socket"), "--out")

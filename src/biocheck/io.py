@@ -75,6 +75,19 @@ def output_file_problem(dest: Path | str) -> str | None:
     return None
 
 
+def output_dir_problem(dest: Path | str) -> str | None:
+    """Why an output folder cannot be made or written at `dest` (None: it can): something there that is not a
+    folder, or a nearest existing folder that cannot be written."""
+    dest = Path(dest)
+    try:
+        mode = os.stat(dest).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISDIR(mode):
+        return f"is a {_kind(mode) or 'file'}, not a folder; give a folder (it is created when missing)"
+    return output_file_problem(dest / "x") if mode is not None else output_file_problem(dest)
+
+
 @contextlib.contextmanager
 def atomic_path(dest: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success it replaces `dest`, on error it vanishes."""

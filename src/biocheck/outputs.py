@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from biocheck.io import InputError, atomic_dir, output_file_problem
+from biocheck.io import InputError, atomic_dir, output_dir_problem, output_file_problem
 
 MARK_FILE = ".biocheck-output"  # one line: the command whose output this folder is
 
@@ -71,4 +71,11 @@ def claim_file(dest: Path | str, option: str) -> None:
         raise InputError(f"{option} {dest}: is a folder; give a file name, e.g. {option.split()[0]} "
                          f"{dest / 'out.json'}.")
     if problem := output_file_problem(dest):
+        raise InputError(f"{option} {dest}: {problem}.")
+
+
+def claim_folder(dest: Path | str, option: str) -> None:
+    """InputError, before any work, when `dest`, an output folder, is a file, a device, FIFO or socket, or
+    cannot be written (read-only file system, no permission)."""
+    if problem := output_dir_problem(dest):
         raise InputError(f"{option} {dest}: {problem}.")
