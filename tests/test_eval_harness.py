@@ -440,6 +440,7 @@ def test_scorer_reports_citations_both_judges_and_gold_rationales(search_cfg, ev
     corpus = CorpusSentences.from_jsonl(cfg.corpus)
     cs = claims(2)
     cs[0] = cs[0].model_copy(update={"evidence": [GoldEvidence(doc_id="101", sentences=[0], label=Label.SUPPORTED)]})
+    cs[1] = cs[1].model_copy(update={"label": Label.NEI})  # SciFact's NEI claims are the ones without rationales
     silent = [search("vitamin D AND fracture*"), {"content": REPORT.split("## Supporting")[0] + "## Conclusion\nREFUTED"}]
     scorer = make_scorer(OtherJudge(), reward_judge=HalfJudge(), corpus=corpus)
     citing, _ = agent_system(search_cfg)
@@ -470,3 +471,30 @@ def test_scorer_reports_citations_both_judges_and_gold_rationales(search_cfg, ev
                                                 {"content": REPORT.split("## Conclusion")[0]}])
     b = run_system(broken, cs, "scifact", tmp_path / "e", progress=False, scorer=scorer)
     assert (b[0].parseable, b[0].cited, b[0].hallucinated, b[0].ehr) == (False, 1, 0, None)
+
+
+@pytest.mark.parametrize("label, gold, named", [
+    (Label.SUPPORTED, [("999", [0], Label.SUPPORTED)], "gold paper 999 is not in the corpus"),
+    (Label.SUPPORTED, [("101", [999], Label.SUPPORTED)], "gold sentence 999 of doc 101"),
+    (Label.SUPPORTED, [("101", [-1], Label.SUPPORTED)], "gold sentence -1 of doc 101"),
+    (Label.REFUTED, [], "REFUTED with no gold rationale"),
+    (Label.NEI, [("101", [0], Label.SUPPORTED)], "NEI with 1 gold rationale(s)"),
+])
+def test_gold_the_scorer_cannot_use_is_refused_before_any_claim_runs(search_cfg, evidence, tmp_path, label, gold,
+                                                                      named):
+    from biocheck.data.schema import GoldEvidence
+    from biocheck.evaluate.rationale import CorpusSentences
+
+    cfg, _ = evidence
+    cs = claims(2)
+    cs[0] = cs[0].model_copy(update={"evidence": [GoldEvidence(doc_id="101", sentences=[0], label=Label.SUPPORTED)]})
+    cs[1] = cs[1].model_copy(update={"label": label, "evidence": [
+        GoldEvidence(doc_id=d, sentences=s, label=lab) for d, s, lab in gold]})
+    sys_, llm = agent_system(search_cfg)
+    scorer = make_scorer(HalfJudge(), corpus=CorpusSentences.from_jsonl(cfg.corpus))
+    with pytest.raises(InputError) as e:
+        run_system(sys_, cs, "scifact", tmp_path, progress=False, scorer=scorer)
+    assert str(e.value).startswith(f"claim scifact:c/1 (test): {named}") and "biocheck data validate" in str(e.value)
+    assert llm.calls == 0 and not predictions_path(tmp_path, "eg_grpo", "scifact").exists()
+    with pytest.raises(InputError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        scorer([None, None], cs)  # scoring on its own refuses it too

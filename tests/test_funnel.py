@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from biocheck.data.schema import GoldEvidence
+from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
 from biocheck.rewards.funnel import STEPS, funnel, gold_papers, summarize
@@ -92,9 +93,16 @@ def test_no_gold_papers_no_funnel_and_ids_mapped_by_resolve():
     assert reached(f) == list(STEPS)
 
 
-def test_a_gold_paper_outside_the_corpus_cannot_reach_rationale():
-    gold = gold_papers([GoldEvidence(doc_id="1", sentences=[1], label=S)], lambda d: None)
-    assert reached(run([entry("1", "lowered fracture risk")], gold=gold)) == ["retrieved", "cited", "verbatim"]
+@pytest.mark.parametrize("doc, sentences, named", [
+    ("8", [1], "claim scifact:3: gold paper 8 is not in the corpus"),
+    ("1", [7], "claim scifact:3: gold sentence 7 of doc 1, which has"),
+    ("1", [-1], "claim scifact:3: gold sentence -1 of doc 1, which has"),
+])
+def test_gold_that_cannot_be_placed_is_refused_not_funnelled_short(doc, sentences, named):
+    # a paper outside the corpus used to stop at "verbatim" without a word: the funnel undercounted silently
+    with pytest.raises(InputError, match="biocheck data validate") as e:
+        gold_papers([GoldEvidence(doc_id=doc, sentences=sentences, label=S)], ABSTRACTS.get, where="claim scifact:3")
+    assert str(e.value).startswith(named)
 
 
 def test_two_rationales_of_one_paper_are_both_kept():

@@ -7,7 +7,11 @@ trained warm start with untrained weights, and `max_steps: -5` became a 192-step
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -241,3 +245,96 @@ def test_an_empty_path_is_refused_not_taken_as_the_current_folder(workdir, secti
     with pytest.raises(InputError, match=rf"{section}\.{key} must be a non-empty path"):
         for stage in ("prepare", "select@outcome_only", "train@eg_grpo"):
             stage_inputs(load_params(workdir / "params.yaml"), stage)
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    """A FIFO, a socket, or a link to a character device (/dev/null): nothing an output file may replace."""
+    path = tmp_path / f"out-{kind}.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    else:
+        path.symlink_to("/dev/null")
+    return path
+
+
+@pytest.mark.parametrize("kind, said", [("fifo", "is a named pipe (FIFO)"), ("socket", "is a socket"),
+                                        ("device", "is a character device")])
+def test_an_output_file_never_replaces_a_device_fifo_or_socket(tmp_path, kind, said):
+    path = _special(tmp_path, kind)
+    before = os.lstat(path)
+    with pytest.raises(InputError, match=re.escape(f"--report {path}: {said}, not a regular file")):
+        claim_file(path, "--report")
+    ran = []
+    with pytest.raises(InputError, match=re.escape(said)), atomic_path(path):
+        ran.append(1)
+    after = os.lstat(path)
+    assert ran == [] and (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)  # still what it was
+
+
+def test_an_output_under_a_file_or_an_unwritable_folder_is_refused_before_any_work(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="afile is not a folder"):
+        claim_file(tmp_path / "afile" / "sub" / "out.json", "--out")
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder: the permission case cannot be made here")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(InputError, match=re.escape(f"cannot write in {locked}")):
+            claim_file(locked / "out.json", "--out")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_validate_report_and_check_trace_given_a_fifo_are_one_line_before_any_work(workdir):
+    fifo = _special(workdir, "fifo")
+    one_error_line(runner.invoke(app, ["data", "validate", "--report", str(fifo)]), "--report", "named pipe (FIFO)")
+    one_error_line(runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--trace", str(fifo)]),
+                   "--trace", "named pipe (FIFO)")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_report_pr_out_given_a_device_is_one_line_and_the_device_stays(workdir):
+    dev = _special(workdir, "device")
+    one_error_line(runner.invoke(app, ["report", "pr", "--base", "main", "--out", str(dev)]),
+                   "--out", "character device")
+    assert dev.is_symlink() and os.readlink(dev) == "/dev/null"
+
+
+def test_reward_audit_out_given_a_folder_or_a_fifo_is_one_line_before_the_judge_loads(workdir):
+    (workdir / "taken").mkdir()
+    one_error_line(runner.invoke(app, ["reward", "audit", "--out", "taken"]), "--out taken", "is a folder")
+    fifo = _special(workdir, "fifo")
+    one_error_line(runner.invoke(app, ["reward", "audit", "--out", str(fifo)]), "--out", "named pipe (FIFO)")
+
+
+def test_evaluate_out_given_a_file_or_a_fifo_is_one_line_before_any_work(workdir):
+    (workdir / "afile").write_text("keep me\n")
+    one_error_line(runner.invoke(app, ["evaluate", "--out", "afile"]), "--out afile", "is a file, not a folder")
+    assert (workdir / "afile").read_text() == "keep me\n"
+    fifo = _special(workdir, "fifo")
+    one_error_line(runner.invoke(app, ["evaluate", "--out", str(fifo)]), "--out", "named pipe (FIFO), not a folder")
+
+
+def test_check_claims_out_under_a_file_is_one_line_before_any_work(workdir):
+    (workdir / "afile").write_text("x")
+    (workdir / "claims.jsonl").write_text('{"id": "1", "claim": "Vitamin D prevents fractures."}\n')
+    one_error_line(runner.invoke(app, ["check", "--claims", "claims.jsonl", "--out", "afile/traces"]),
+                   "--out afile/traces", "afile is not a folder")
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path):
+    from biocheck.outputs import claim_folder
+
+    claim_folder(tmp_path / "new" / "deeper", "--out")  # missing folders are made later: fine
+    claim_folder(tmp_path, "--out")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="afile is not a folder"):
+        claim_folder(tmp_path / "afile" / "out", "--out")
+    with pytest.raises(InputError, match="is a socket, not a folder"):
+        claim_folder(_special(tmp_path, "socket"), "--out")

@@ -132,3 +132,16 @@ def test_corpus_from_jsonl_reads_prepared_and_raw_records(tmp_path):
     corpus = CorpusSentences.from_jsonl(f)
     assert corpus.select("1", "b TWO") == [1] and corpus.select("2", "C three.") == [0]
     assert corpus.select("1", "not there") == []
+
+
+@pytest.mark.parametrize("gold, named", [
+    (GoldEvidence(doc_id="101", sentences=[999], label=S), "claim scifact:7: gold sentence 999 of doc 101, which has 4"),
+    (GoldEvidence(doc_id="101", sentences=[-1], label=S), "claim scifact:7: gold sentence -1 of doc 101, which has 4"),
+    (GoldEvidence(doc_id="999", sentences=[0], label=S), "claim scifact:7: gold paper 999 is not in the corpus"),
+])
+def test_gold_that_cannot_be_placed_is_refused_not_scored(gold, named):
+    from biocheck.io import InputError
+
+    with pytest.raises(InputError) as e:
+        rationale_counts([gold], [Cited("supporting", "101", DOC[1])], CORPUS, where="claim scifact:7")
+    assert str(e.value).startswith(named) and "biocheck data validate" in str(e.value) and "\n" not in str(e.value)

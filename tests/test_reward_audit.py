@@ -17,6 +17,7 @@ from biocheck.cli import app
 from biocheck.data.schema import ClaimRecord, GoldEvidence
 from biocheck.evaluate.audit import AuditConfig, AuditSetup, audit, pick_claims, warnings
 from biocheck.evaluate.systems.agent_systems import AgentSystem
+from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.llm.scripted import ScriptedChat
 from biocheck.pubmed.search import SearchConfig, search_tool
@@ -140,7 +141,8 @@ def test_cached_episodes_are_rescored_not_regenerated(search_cfg, tmp_path):
 
     cfg = AuditConfig(out_dir=tmp_path / "a", metrics_path=None, report_path=tmp_path / "a.json", progress=False)
     setup = AuditSetup(cfg=cfg, samples=[sample("sample0", counted, search_cfg)], claims=CLAIMS,
-                       reward=RewardConfig(), judge=None, papers=PAPERS)
+                       reward=RewardConfig(), judge=None, papers=PAPERS,
+                       sentences={d: [a.abstract] for d, a in PAPERS.items()})  # the funnel places gold in them
     audit(setup)
     n = len(calls)
     audit(setup)
@@ -158,10 +160,11 @@ def test_pick_claims_splits_between_labels_and_is_seeded():
     assert pick_claims(claims, None, 0) == claims
 
 
-def test_reward_audit_command_on_the_tiny_model(evidence_workdir, tiny_model):
+def test_reward_audit_command_on_the_tiny_model(evidence_workdir, evidence, tiny_model):
     root = evidence_workdir
     folder = root / "data" / "prepared" / "scifact"
     folder.mkdir(parents=True)
+    (folder.parent / "corpus.jsonl").write_bytes(evidence[0].corpus.read_bytes())  # the gold papers' sentences
     (folder / "train.jsonl").write_text("".join(c.model_dump_json() + "\n" for c in CLAIMS))
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["train"]["sft"]["out_dir"] = str(tiny_model)  # the start policy
@@ -215,3 +218,28 @@ def test_a_judge_of_quotes_is_asked_about_each_gold_rationale_not_the_whole_pape
         out = _gold_credit(setup)
         assert judge.pairs == want
         assert out["REFUTED"]["pairs"] == len(want) - 1 and out["SUPPORTED"]["pairs"] == 1
+
+
+def test_gold_the_funnel_cannot_place_is_refused_before_any_episode_runs(search_cfg, tmp_path):
+    calls = []
+    cfg = AuditConfig(out_dir=tmp_path / "a", metrics_path=None, report_path=tmp_path / "a.json", progress=False)
+    setup = AuditSetup(cfg=cfg, samples=[sample("sample0", lambda claim: calls.append(claim) or [], search_cfg)],
+                       claims=CLAIMS, reward=RewardConfig(), judge=None, papers=PAPERS,
+                       sentences={"101": [PAPERS["101"].abstract]})  # 103, claim 2's gold paper, is missing
+    with pytest.raises(InputError, match=r"^claim scifact:2: gold paper 103 is not in the corpus"):
+        audit(setup)
+    assert calls == [] and not (tmp_path / "a").exists() and not (tmp_path / "a.json").exists()
+
+
+@pytest.mark.parametrize("where", ["report_path", "metrics_path"])
+def test_an_output_that_is_a_folder_is_refused_before_any_episode_runs(search_cfg, tmp_path, where):
+    calls = []
+    (tmp_path / "taken").mkdir()
+    paths = {"report_path": tmp_path / "a.json", "metrics_path": tmp_path / "m.json", where: tmp_path / "taken"}
+    cfg = AuditConfig(out_dir=tmp_path / "a", progress=False, **paths)
+    setup = AuditSetup(cfg=cfg, samples=[sample("sample0", lambda claim: calls.append(claim) or [], search_cfg)],
+                       claims=CLAIMS, reward=RewardConfig(), judge=None, papers=PAPERS,
+                       sentences={d: [a.abstract] for d, a in PAPERS.items()})
+    with pytest.raises(InputError, match=rf"^audit.{where} {tmp_path / 'taken'}: is a folder"):
+        audit(setup)
+    assert calls == [] and not (tmp_path / "a").exists()

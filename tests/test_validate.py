@@ -352,10 +352,13 @@ def test_a_working_record_that_differs_from_the_full_data_is_named(prepared, tmp
     rid = _rows(path)[index]["id"]
     _rewrite(path, lambda rows: rows[index].update({field: value}))
     result, cfg = _validate(prepared, tmp_path)
-    assert _failed(result) == [(f"{dataset}/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
-    check, = [c for c in json.loads(cfg.report_path.read_text())["checks"] if not c["success"]]
+    # a flipped SciFact label also disagrees with the record's rationales
+    gold = [("scifact/gold", "label_vs_evidence", "expect_column_values_to_be_null")] if field == "label" else []
+    assert _failed(result) == [*gold, (f"{dataset}/test.jsonl", "differs_from_full", "expect_column_values_to_be_null")]
+    check, = [c for c in json.loads(cfg.report_path.read_text())["checks"]
+              if not c["success"] and c["table"] != "scifact/gold"]
     assert check["examples"] == [{"id": rid, "value": named}]  # the report keeps it whole
-    assert f"id {rid} -> {named[:30]}" in _line_with(result, f"{dataset}/test.jsonl").replace('"', "")
+    assert f"id {rid} -> {named[:30]}" in _line_with(result, f"{dataset}/test.jsonl, column").replace('"', "")
 
 
 def test_a_working_record_missing_from_the_full_data_is_named(prepared, tmp_path):
@@ -444,3 +447,32 @@ def test_the_cli_exits_1_naming_a_deleted_split(prepared, tmp_path, monkeypatch)
     r = CliRunner().invoke(app, ["data", "validate", "--report", str(tmp_path / "v.json")])
     assert r.exit_code == 1, r.output
     assert "scifact/test.jsonl: expect_file_to_exist" in r.output and "passed" not in r.output
+
+
+def test_a_supported_record_without_rationales_is_named_with_the_rule(prepared, tmp_path):
+    def strip(rows):
+        rows[0]["evidence"] = []
+        assert rows[0]["label"] in ("SUPPORTED", "REFUTED")
+    _rewrite_everywhere(prepared, "scifact", strip)
+    result, _ = _validate(prepared, tmp_path)
+    assert _failed(result) == [("scifact/gold", "label_vs_evidence", "expect_column_values_to_be_null")]
+    line = _line_with(result, "scifact/gold")
+    assert "id 0 (full/scifact.jsonl) -> '" in line and "with no gold rationale" in line
+
+
+def test_an_nei_record_with_a_rationale_is_named(prepared, tmp_path):
+    def add(rows):
+        nei = next(r for r in rows if r["label"] == "NEI")
+        nei["evidence"] = [{"doc_id": "101", "sentences": [0], "label": "SUPPORTED"}]
+    _rewrite_everywhere(prepared, "scifact", add)
+    result, _ = _validate(prepared, tmp_path)
+    assert _failed(result) == [("scifact/gold", "label_vs_evidence", "expect_column_values_to_be_null")]
+    assert "NEI with 1 gold rationale(s)" in _line_with(result, "scifact/gold")
+
+
+@pytest.mark.parametrize("sentence", [-1, 999])
+def test_a_gold_sentence_outside_the_abstract_is_named(prepared, tmp_path, sentence):
+    _rewrite_everywhere(prepared, "scifact", lambda rows: rows[0]["evidence"][0].update(sentences=[sentence]))
+    result, _ = _validate(prepared, tmp_path)
+    assert _failed(result) == [("scifact/evidence", "bad_sentences", "expect_column_values_to_be_null")]
+    assert f"sentence {sentence} of doc 101, which has 2" in _line_with(result, "full/scifact.jsonl) -> 'sentence")

@@ -230,7 +230,7 @@ def test_tables_and_their_rules_follow_the_prepared_data(prepared):
     cfg = ValidateConfig(prepared_dir=prepared, claim_min_chars=12, claim_max_chars=345,
                          expected_rows={"scifact": {"train+val": 5, "test": 6}, "healthfc": {}})
     tables = {t.name: t for t in build_tables(cfg)}
-    assert list(tables) == ["corpus", "scifact/full", "scifact/references", "scifact/evidence",
+    assert list(tables) == ["corpus", "scifact/full", "scifact/references", "scifact/evidence", "scifact/gold",
                             "scifact/full[train+val]", "scifact/full[test]", "scifact/train.jsonl",
                             "scifact/val.jsonl", "scifact/test.jsonl", "scifact/working", "healthfc/full",
                             "healthfc/references", "healthfc/evidence", "healthfc/test.jsonl", "healthfc/working"]
@@ -282,6 +282,11 @@ def test_tables_and_their_rules_follow_the_prepared_data(prepared):
                                     ("expect_column_values_to_be_in_set", {"column": "label",
                                                                            "value_set": list(LABELS)}),
                                     ("expect_column_values_to_be_null", {"column": "bad_sentences"})]
+        if ds == "scifact":  # HealthFC has no rationales, so no label-evidence rule
+            gold = tables[f"{ds}/gold"]
+            assert gold.df.to_dict("records") == [{"id": f"{r['id']} ({f})", "label_vs_evidence": None}
+                                                  for f, rows in files for r in rows]
+            assert _rules(gold) == [("expect_column_values_to_be_null", {"column": "label_vs_evidence"})]
 
         for (f, rows), split in zip(files[1:], splits, strict=True):
             table = tables[f]
@@ -365,9 +370,9 @@ def test_a_working_record_is_compared_with_the_first_full_record_of_its_id(row, 
     (None, None, "None is not a list of sentence numbers"),
 ])
 def test_gold_sentences_must_be_numbers_inside_their_abstract(sentences, doc, problem):
-    from biocheck.data.validate import _bad_sentences
+    from biocheck.data.gold import sentence_problem
 
-    assert _bad_sentences(sentences, doc, {"d": 2}) == problem
+    assert sentence_problem(sentences, doc, {"d": 2}.get(doc)) == problem
 
 
 def test_malformed_evidence_lists_are_rows_for_the_rules_not_a_crash():
@@ -475,3 +480,27 @@ def test_running_the_suites_leaves_a_gx_project_in_the_working_directory_alone(t
     table = Table("t", "scifact", pd.DataFrame({"id": ["1", "2"]}), [gxe.ExpectColumnValuesToBeUnique(column="id")])
     assert run_checks([table], ValidateConfig()).success
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing saved into it
+
+
+@pytest.mark.parametrize("dataset, label, evidence, problem", [
+    ("scifact", "SUPPORTED", ["SUPPORTED"], None),
+    ("scifact", "REFUTED", ["REFUTED", "REFUTED"], None),
+    ("scifact", "NEI", [], None),
+    ("scifact", "SUPPORTED", [], "SUPPORTED with no gold rationale; a scifact SUPPORTED claim has at least one"),
+    ("scifact", "REFUTED", [], "REFUTED with no gold rationale; a scifact REFUTED claim has at least one"),
+    ("scifact", "NEI", ["SUPPORTED"], "NEI with 1 gold rationale(s); an NEI claim has none"),
+    ("scifact", "SUPPORTED", ["SUPPORTED", "REFUTED"],
+     "SUPPORTED with a REFUTED rationale; every rationale is on the claim's side"),
+    ("healthfc", "SUPPORTED", [], None),  # HealthFC records carry no rationales
+])
+def test_a_label_needs_rationales_on_its_side_and_nei_none(dataset, label, evidence, problem):
+    from biocheck.data.gold import label_problem
+
+    assert label_problem(dataset, label, evidence) == problem
+
+
+def test_labels_that_are_not_ours_are_left_to_the_label_rules():
+    from biocheck.data.gold import label_problem
+
+    assert label_problem("scifact", "MAYBE", ["SUPPORTED"]) is None
+    assert label_problem("scifact", "SUPPORTED", ["ZZZ"]) is None

@@ -543,6 +543,12 @@ def check(
         _fail(f"--out {out}: is a file; give a folder for the traces (it is created when missing).", code=2)
     if trace is not None and trace.is_dir():
         _fail(f"--trace {trace}: is a folder; give a file name, e.g. --trace {trace / 'trace.json'}.", code=2)
+    from biocheck.outputs import claim_file, claim_folder
+
+    if trace is not None:
+        _run(claim_file, trace, "--trace")  # a device, FIFO or socket, or a place that cannot be written
+    if out is not None:
+        _run(claim_folder, out, "--out")  # e.g. on a read-only file system
     todo = _run(read_claims, claims) if claims is not None else None
     p = _run(params_of, params)
     select_cfg = _run(select_config, p)
@@ -850,6 +856,10 @@ def evaluate(
     def names(text: str | None) -> list[str] | None:
         return [x.strip() for x in text.split(",") if x.strip()] if text is not None else None
 
+    if out is not None:  # a file, a FIFO or a read-only place fails now, not after the first system
+        from biocheck.outputs import claim_folder
+
+        _run(claim_folder, out, "--out")
     result = _run(evaluate_stage, params, progress=progress and sys.stderr.isatty(), out=out, model=model,
                   systems=names(systems), datasets=names(datasets), limit=limit, workers=workers, eqs_judge=eqs_judge,
                   on_interrupt="interrupted; the traces of the episodes that finished are kept; rerun the same "
@@ -1102,6 +1112,10 @@ def report_pr(
     from biocheck.io import write_text_atomic
     from biocheck.orchestration.pr_comment import PrCommentConfig, build
 
+    if out is not None:
+        from biocheck.outputs import claim_file
+
+        _run(claim_file, out, "--out")  # before the comment is built
     comment = build(PrCommentConfig(base=base, status_path=status, artifact_url=artifact_url,
                                     repro_outcome=repro_outcome, repro_log=repro_log, remote=remote))
     if out is None:

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -44,12 +45,57 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
+def _kind(mode: int) -> str | None:
+    """What a file that is neither a regular file nor a folder is (None: it is one of those)."""
+    for test, name in ((stat.S_ISFIFO, "named pipe (FIFO)"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "special file"
+
+
+def output_file_problem(dest: Path | str) -> str | None:
+    """Why an output file cannot be written at `dest` (None: it can), checked before any work: something there
+    that is not a regular file (a device, a FIFO, a socket, or a link to one: the rename would replace it), or
+    a nearest existing folder that cannot be written (read-only file system, no permission)."""
+    dest = Path(dest)
+    try:
+        kind = _kind(os.stat(dest).st_mode)
+    except OSError:  # nothing there (or a dangling link, which the rename replaces)
+        kind = None
+    if kind:
+        return f"is a {kind}, not a regular file; an output file must not replace it (give a file name)"
+    folder = dest.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a folder, so nothing can be written under it"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write in {folder} (read-only file system or no permission); give another path"
+    return None
+
+
+def output_dir_problem(dest: Path | str) -> str | None:
+    """Why an output folder cannot be made or written at `dest` (None: it can): something there that is not a
+    folder, or a nearest existing folder that cannot be written."""
+    dest = Path(dest)
+    try:
+        mode = os.stat(dest).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISDIR(mode):
+        return f"is a {_kind(mode) or 'file'}, not a folder; give a folder (it is created when missing)"
+    return output_file_problem(dest / "x") if mode is not None else output_file_problem(dest)
+
+
 @contextlib.contextmanager
 def atomic_path(dest: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success it replaces `dest`, on error it vanishes."""
     dest = Path(dest)
     if dest.is_dir():  # os.replace would fail at the very end, after all the work
         raise InputError(f"{dest}: is a folder; an output file cannot replace it (give a file name).")
+    if problem := output_file_problem(dest):
+        raise InputError(f"{dest}: {problem}.")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{dest.name}.", dir=dest.parent)
     os.close(fd)

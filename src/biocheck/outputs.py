@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from biocheck.io import InputError, atomic_dir
+from biocheck.io import InputError, atomic_dir, output_dir_problem, output_file_problem
 
 MARK_FILE = ".biocheck-output"  # one line: the command whose output this folder is
 
@@ -64,8 +64,18 @@ def output_dir(dest: Path | str, owner: str, option: str, legacy: tuple[str, ...
 
 
 def claim_file(dest: Path | str, option: str) -> None:
-    """InputError when `dest`, an output file, is a folder (replacing it would delete the folder)."""
+    """InputError, before any work, when `dest` cannot take an output file: a folder (replacing it would delete
+    the folder), a device, FIFO or socket, or a place that cannot be written (`io.output_file_problem`)."""
     dest = Path(dest)
     if dest.is_dir():
         raise InputError(f"{option} {dest}: is a folder; give a file name, e.g. {option.split()[0]} "
                          f"{dest / 'out.json'}.")
+    if problem := output_file_problem(dest):
+        raise InputError(f"{option} {dest}: {problem}.")
+
+
+def claim_folder(dest: Path | str, option: str) -> None:
+    """InputError, before any work, when `dest`, an output folder, is a file, a device, FIFO or socket, or
+    cannot be written (read-only file system, no permission)."""
+    if problem := output_dir_problem(dest):
+        raise InputError(f"{option} {dest}: {problem}.")

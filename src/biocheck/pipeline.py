@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from biocheck import aliases, tracking
 from biocheck.io import InputError
 from biocheck.llm.spec import split_spec
+from biocheck.outputs import claim_file
 from biocheck.params import DEFAULT_PARAMS, plain, raw_section, section
 from biocheck.wiring import (
     agent_config,
@@ -581,6 +582,8 @@ def audit_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
     headline (DVC's metrics stay the pipeline's)."""
     from biocheck.evaluate.audit import audit
 
+    if out is not None:  # before the judge loads and any episode runs
+        claim_file(out, "--out")
     run = StageRun.of(params)
     setup = audit_setup(run.p, judge=judge, **overrides)
     if out is not None:

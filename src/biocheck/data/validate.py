@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from biocheck.data.gold import EVIDENCE_DATASETS, label_problem, sentence_problem
 from biocheck.data.prepare import REPREPARE, read_prepared
 from biocheck.data.schema import DATASET_SPLITS
 from biocheck.io import InputError, write_json_atomic
@@ -142,20 +143,23 @@ def _references(files: list[tuple[str, list[dict]]]) -> pd.DataFrame:
     return pd.DataFrame(refs, columns=["id", "doc_id"], dtype=object)  # object: None stays None
 
 
-def _bad_sentences(sentences: Any, doc_id: str | None, n_sentences: dict[str, int]) -> str | None:
-    """Why a gold rationale's sentence numbers cannot be looked up in its abstract (None: they can)."""
-    if not isinstance(sentences, list) or not sentences or not all(type(i) is int for i in sentences):
-        return f"{sentences!r} is not a list of sentence numbers"
-    n = n_sentences.get(doc_id)  # an unknown doc is named by the references table
-    past = [i for i in sentences if n is not None and not 0 <= i < n]
-    return f"sentence {past[0]} of doc {doc_id}, which has {n}" if past else None
-
-
 def _evidence(files: list[tuple[str, list[dict]]], n_sentences: dict[str, int]) -> pd.DataFrame:
-    rows = [{"id": rid, "label": ev.get("label"),
-             "bad_sentences": _bad_sentences(ev.get("sentences"), _doc_id(ev.get("doc_id")), n_sentences)}
-            for file, recs in files for rid, ev in _gold(recs, file)]
+    rows = []
+    for file, recs in files:
+        for rid, ev in _gold(recs, file):
+            doc = _doc_id(ev.get("doc_id"))  # an unknown doc is named by the references table
+            rows.append({"id": rid, "label": ev.get("label"),
+                         "bad_sentences": sentence_problem(ev.get("sentences"), doc, n_sentences.get(doc))})
     return pd.DataFrame(rows, columns=["id", "label", "bad_sentences"], dtype=object)
+
+
+def _gold_labels(ds: str, files: list[tuple[str, list[dict]]]) -> pd.DataFrame:
+    """One row per record: why its label and its rationales disagree (None: they agree)."""
+    rows = [{"id": f"{r.get('id')} ({file})",
+             "label_vs_evidence": label_problem(ds, r.get("label"),
+                                                [ev.get("label") for _, ev in _gold([r], file)])}
+            for file, recs in files for r in recs]
+    return pd.DataFrame(rows, columns=["id", "label_vs_evidence"], dtype=object)
 
 
 def _key(value: Any) -> str:
@@ -271,6 +275,9 @@ def build_tables(cfg: ValidateConfig) -> list[Table]:
             gxe.ExpectColumnValuesToBeInSet(column="label", value_set=list(LABELS)),
             gxe.ExpectColumnValuesToBeNull(column="bad_sentences"),
         ]))
+        if ds in EVIDENCE_DATASETS:  # SUPPORTED/REFUTED exactly when there are rationales, all on that side
+            tables.append(Table(f"{ds}/gold", ds, _gold_labels(ds, files),
+                                [gxe.ExpectColumnValuesToBeNull(column="label_vs_evidence")]))
         for group, n in (cfg.expected_rows.get(ds) or {}).items():
             sub = full[full["split"].isin(group.split("+"))] if "split" in full.columns else full
             tables.append(Table(f"{ds}/full[{group}]", ds, sub, [gxe.ExpectTableRowCountToEqual(value=n)]))

@@ -40,6 +40,7 @@ from biocheck.evaluate.harness import load_episode, run_system
 from biocheck.evaluate.rationale import SIDE_LABEL, gold_docs
 from biocheck.io import InputError, write_json_atomic
 from biocheck.labels import Label
+from biocheck.outputs import claim_file
 from biocheck.pubmed.types import Article
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
 from biocheck.rewards.funnel import funnel, gold_papers
@@ -116,6 +117,11 @@ def audit(setup: AuditSetup) -> dict[str, Any]:
     cfg = setup.cfg
     if not setup.claims:
         raise InputError("reward audit: no SUPPORTED or REFUTED training claims to audit; check data.subset.train")
+    claim_file(cfg.report_path, "audit.report_path")  # outputs too: a folder or a FIFO there fails now
+    if cfg.metrics_path is not None:
+        claim_file(cfg.metrics_path, "audit.metrics_path")
+    for c in setup.claims:  # gold the funnel cannot place is refused now, not after every episode has run
+        gold_papers(c.evidence, setup.sentences.get, where=f"claim {c.key}")
     groups: dict[str, list[Episode]] = {c.id: [] for c in setup.claims}
     for k, system in enumerate(setup.samples):
         try:
@@ -253,7 +259,7 @@ def _funnels(setup: AuditSetup, groups: dict[str, list[Episode]],
         for c in setup.claims:
             if c.label.value != lab:
                 continue
-            gold = gold_papers(c.evidence, setup.sentences.get)
+            gold = gold_papers(c.evidence, setup.sentences.get, where=f"claim {c.key}")
             for ep, b in zip(groups[c.id], breakdowns[c.id], strict=True):
                 found.append(funnel(gold, c.label, ep.ledger, b.entries, b.conclusion, setup.reward.threshold))
         out[lab] = summarize_funnel(found)

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from biocheck.agent.episode import Episode
 from biocheck.agent.run import episode_error, trace_path, write_trace
+from biocheck.data.gold import EVIDENCE_DATASETS, REVALIDATE, check_usable, label_problem
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.rationale import Cited, CorpusSentences, RationaleCounts, rationale_counts
 from biocheck.evaluate.systems.base import Prediction, System
@@ -76,6 +77,7 @@ class ReportScorer:
 
     def __call__(self, episodes: Sequence[Episode],
                  claims: Sequence[ClaimRecord | None] | None = None) -> list[ReportScore]:
+        self.check_gold([c for c in claims or () if c is not None])
         views = [EpisodeView.from_episode(ep) for ep in episodes]
         main = score_many(views, self.cfg, self.judge)
         other = score_many(views, self.cfg, self.reward_judge) if self.reward_judge is not None else None
@@ -87,7 +89,7 @@ class ReportScorer:
             rationale = found = None
             if self.corpus is not None and claim is not None and _has_rationales(claim):
                 items = [Cited(e.side, e.pmid, e.quote) for e in b.entries]
-                rationale = rationale_counts(claim.evidence, items, self.corpus, ep.ledger)
+                rationale = rationale_counts(claim.evidence, items, self.corpus, ep.ledger, where=_where(claim))
                 found = self._funnel(claim, ep, b, credit[i])
             out.append(ReportScore(
                 cited=b.n_cited, hallucinated=b.n_hallucinated, ehr=b.ehr if b.n_cited and _parsed(b) else None,
@@ -97,10 +99,26 @@ class ReportScorer:
                 funnel=found))
         return out
 
+    def check_gold(self, claims: Sequence[ClaimRecord]) -> None:
+        """Refuse, before any claim is run, gold this scorer cannot score: a SciFact label its rationales
+        disagree with (SUPPORTED or REFUTED without any), a paper outside the corpus, a sentence outside its
+        abstract (data/gold.py; `biocheck data validate` names them all)."""
+        if self.corpus is None:
+            return
+        corpus = self.corpus
+        for claim in claims:
+            if not _has_rationales(claim):
+                continue
+            if problem := label_problem(claim.dataset, claim.label, [e.label for e in claim.evidence]):
+                raise InputError(f"{_where(claim)}: {problem}, so its evidence cannot be scored. {REVALIDATE}")
+            check_usable(claim.evidence, lambda d: len(corpus.docs[d][1]) if d in corpus.docs else None,
+                         _where(claim))
+
     def _funnel(self, claim: ClaimRecord, ep: Episode, b: RewardBreakdown, credit: RewardBreakdown | None):
         """The claim's evidence funnel; without the credit judge's scores no citation is credited."""
         corpus = self.corpus
-        gold = gold_papers(claim.evidence, lambda d: corpus.docs[d][1] if d in corpus.docs else None)
+        gold = gold_papers(claim.evidence, lambda d: corpus.docs[d][1] if d in corpus.docs else None,
+                           where=_where(claim))
         entries = credit.entries if credit is not None else [e.model_copy(update={"s": 0.0}) for e in b.entries]
         threshold = (self.cfg or RewardConfig()).threshold
         return funnel(gold, claim.label, ep.ledger, entries, b.conclusion, threshold, resolve=corpus.resolve)
@@ -111,9 +129,13 @@ def _parsed(b: RewardBreakdown) -> bool:
     return b.conclusion is not None and not b.parse_problems
 
 
+def _where(claim: ClaimRecord) -> str:
+    return f"claim {claim.key} ({claim.split})"
+
+
 def _has_rationales(claim: ClaimRecord) -> bool:
     """SciFact claims carry their gold rationales (none for NEI, which still scores what a report cites)."""
-    return claim.dataset == "scifact"
+    return claim.dataset in EVIDENCE_DATASETS
 
 
 Scorer = Callable[..., Sequence[ReportScore]]
@@ -228,6 +250,8 @@ def run_system(system: System, claims: list[ClaimRecord], dataset: str, out_dir:
     dup = [k for k, n in Counter(c.id for c in claims).items() if n > 1]
     if dup:
         raise InputError(f"{dataset}: duplicate claim ids {dup[:5]}; each claim needs its own id (traces are per id).")
+    if system.writes_report and isinstance(scorer, ReportScorer):
+        scorer.check_gold(claims)  # before any claim runs, not after the last
     out_dir = Path(out_dir)
     fp = system.fingerprint()
     folder = trace_dir(out_dir, system.name, fp, dataset)

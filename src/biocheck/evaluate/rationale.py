@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from biocheck.data.gold import check_usable
 from biocheck.data.schema import GoldEvidence
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
@@ -145,8 +146,10 @@ def gold_docs(evidence: Sequence[GoldEvidence]) -> dict[str, tuple[Label, list[f
 
 
 def rationale_counts(evidence: Sequence[GoldEvidence], items: Iterable[Cited], corpus: CorpusSentences,
-                     ledger: Mapping[str, Article] | None = None) -> RationaleCounts:
-    """One claim's SciFact counts for the items a report cites (see the module docstring)."""
+                     ledger: Mapping[str, Article] | None = None, where: str = "gold evidence") -> RationaleCounts:
+    """One claim's SciFact counts for the items a report cites (see the module docstring). Gold that cannot be
+    placed in `corpus` (a paper outside it, a sentence outside its abstract) raises InputError naming `where`."""
+    check_usable(evidence, lambda d: len(corpus.docs[d][1]) if d in corpus.docs else None, where)
     gold = gold_docs(evidence)
     c = RationaleCounts(abstract_relevant=len(gold),
                         sentence_relevant=sum(len(r) for _, sets in gold.values() for r in sets))

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from biocheck.data.gold import check_usable
 from biocheck.data.schema import GoldEvidence
 from biocheck.labels import Label
 from biocheck.pubmed.types import Article
@@ -52,10 +53,12 @@ class GoldPaper:
     sentences: tuple[str, ...]
 
 
-def gold_papers(evidence: Sequence[GoldEvidence], sentences: Callable[[str], Sequence[str] | None]
-                ) -> dict[str, GoldPaper]:
+def gold_papers(evidence: Sequence[GoldEvidence], sentences: Callable[[str], Sequence[str] | None],
+                where: str = "gold evidence") -> dict[str, GoldPaper]:
     """{doc id: GoldPaper} of a claim's gold evidence; `sentences(doc_id)` gives an abstract's sentences (None:
-    not in the corpus; its rationales then cannot be placed, and `rationale` never holds for it)."""
+    not in the corpus). Gold that cannot be placed (a paper outside the corpus, a sentence outside its abstract)
+    raises InputError naming `where` (the claim): a funnel over it would undercount without saying so."""
+    check_usable(evidence, lambda d: None if (s := sentences(d)) is None else len(s), where)
     out: dict[str, GoldPaper] = {}
     for ev in evidence:
         prev = out.get(ev.doc_id)

@@ -218,7 +218,7 @@ def make_bank(c: TrainSetup, records: list | None = None):
         from biocheck.rewards.funnel import gold_papers
 
         sentences = {d.id: d.abstract for d in load_corpus(c.prepared) if d.id in wanted}
-        gold = {r.id: gold_papers(r.evidence, sentences.get) for r in records if r.evidence}
+        gold = {r.id: gold_papers(r.evidence, sentences.get, where=f"claim {r.key}") for r in records if r.evidence}
     # The judge also runs for outcome_only: its components are logged (weight 0) for the comparison.
     return RewardBank(c.reward, make_judge(c.judge), gold=gold)
 
