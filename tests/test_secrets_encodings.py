@@ -135,3 +135,25 @@ def test_a_prefix_is_blanked_from_its_minimum_length_and_not_below(monkeypatch):
 def test_a_short_user_name_without_a_password_is_an_account_not_a_key(monkeypatch, user):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"https://{user}@host.example.org")
     assert redact(f"user {user} logged in") == (f"user {user} logged in" if len(user) < 8 else f"user {MASK} logged in")
+
+
+def test_mlflow_params_and_tags_hold_no_encoded_secret(monkeypatch, tmp_path):
+    """The MLflow sink: every encoding as a param and a tag of a `check` run, read back from the store."""
+    import mlflow
+
+    from biocheck import tracking
+
+    secret = "Zq7Xw3Vt9K&u5Rs/1Pn8Lm+4Jh2"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv(tracking.PIPELINE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    forms = encodings(secret)
+    with tracking.run("check", params={"llm": forms}, tags={f"said_{k}": f"<{v}> ok" for k, v in forms.items()}) as r:
+        assert r is not None
+        run_id = r.info.run_id
+    data = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id).data
+    stored = {**{f"param {k}": v for k, v in data.params.items()}, **{f"tag {k}": v for k, v in data.tags.items()}}
+    assert {f"param llm.{k}" for k in forms} <= stored.keys() and {f"tag said_{k}" for k in forms} <= stored.keys()
+    for where, value in stored.items():
+        assert not leaked(value, secret, forms), (where, value)
