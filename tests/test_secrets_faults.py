@@ -155,8 +155,11 @@ def test_a_password_in_the_eutils_url_reaches_neither_trace_nor_stdout(evidence_
 def test_url_passwords_and_token_query_values_of_any_variable_are_secrets():
     env = {"OPENAI_BASE_URL": f"https://ann:{PW}@llm.example.org/v1", "PATH": "/usr/bin",
            "BIOCHECK_EUTILS_URL": "https://eutils.example.org/e?api_key=qk-1234567&db=pubmed&sig=SiG%2Fz0",
-           "HTTPS_PROXY": "http://bob:s3@proxy:3128", "OTHER_URL": "https://u@host/?retmode=xml"}
-    assert set(secret_values(env)) == {PW, "qk-1234567", "SiG/z0", "s3"}  # usernames and plain settings are not
+           "HTTPS_PROXY": "http://bob:s3@proxy:3128", "OTHER_URL": "https://u@host/?retmode=xml",
+           "MLFLOW_TRACKING_URI": "https://tok-9f8e7d6c5b@mlflow.example.org"}
+    # the pair user:pw (for its base64, Basic auth) and a long user name with no password (a token) count;
+    # a short user name and plain settings do not
+    assert set(secret_values(env)) == {PW, f"ann:{PW}", "qk-1234567", "SiG/z0", "s3", "bob:s3", "tok-9f8e7d6c5b"}
 
 
 # --- 3. encoded forms --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from biocheck.aliases import CHALLENGER, CHAMPION
 from biocheck.orchestration.pr_comment import Outcome, Remote
 from biocheck.params import load_params, plain
 from biocheck.secrets import redact, redact_logs
+from biocheck.terminal import inert
 
 app = typer.Typer(
     help="BioCheck: fact-check biomedical claims with an LLM search agent trained by EG-GRPO.\n\n"
@@ -55,14 +56,15 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, emoji=Fal
 
 
 class _Redacting(RenderHook):
-    """Blanks the secrets out of every text a console prints (a summary or an error can quote a server)."""
+    """Blanks the secrets out of every text a console prints (a summary or an error can quote a server), and
+    takes out the escape sequences and control characters a model's or a server's text can carry."""
 
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         return [_redacted(r) if isinstance(r, Text) else r for r in renderables]
 
 
 def _redacted(text: Text) -> Text:
-    clean = redact(text.plain)
+    clean = inert(redact(text.plain))
     if clean == text.plain:
         return text
     out = text.copy()
@@ -70,9 +72,20 @@ def _redacted(text: Text) -> Text:
     return out
 
 
+def _inert_record(record: logging.LogRecord) -> bool:
+    """A log record's message made inert on a terminal (after the redacting filter)."""
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed record: the handler reports it; a filter must never raise
+        return True
+    record.msg, record.args = inert(message), None
+    return True
+
+
 def _echo(text: str, **kwargs) -> None:
-    """`typer.echo` to stdout with the secrets blanked (reports and JSON can quote what a server said)."""
-    typer.echo(redact(text), **kwargs)
+    """`typer.echo` to stdout with the secrets blanked (reports and JSON can quote what a server said) and the
+    text inert on a terminal (`terminal.inert`: a model's answer can hold escape sequences)."""
+    typer.echo(inert(redact(text)), **kwargs)
 
 
 err.push_render_hook(_Redacting())
@@ -99,7 +112,8 @@ VariantOpt = Annotated[Literal[VARIANTS] | None, typer.Option(
 
 def _fail(message: str, code: int = 1) -> None:
     # Error texts can quote what a server sent back, keys included: blank them on the way out.
-    err.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True)
+    # inert before rich sees it: rich drops a BEL, which would leave an OSC sequence unterminated
+    err.print(f"[bold red]error:[/] {escape(inert(redact(message)))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -146,6 +160,7 @@ def main(
     logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]", handlers=[handler])
     # Whichever handlers are live (ours, or a host's when embedded), no log line may carry a secret.
     redact_logs([handler, *logging.getLogger().handlers])
+    handler.addFilter(_inert_record)  # a log line can quote a model's or a server's text
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     if not sys.stderr.isatty():  # a library's progress bar (tqdm's, the hub's) is for a terminal, not a log or CI
         os.environ.setdefault("TQDM_DISABLE", "1")
@@ -312,7 +327,7 @@ def _print_results(out) -> None:
     from rich.markup import escape as esc
 
     if out.error:  # on stderr, one `error:` line (stdout keeps only results); a batch goes on to the next query
-        err.print(f"[bold red]error:[/] {esc(redact(f'search {out.query!r}: {out.error}'))}", highlight=False,
+        err.print(f"[bold red]error:[/] {esc(inert(redact(f'search {out.query!r}: {out.error}')))}", highlight=False,
                   soft_wrap=True)
         return
     con = Console(emoji=False)  # titles and queries are data: no ":name:" -> emoji
@@ -1248,7 +1263,7 @@ class _UsageError(ClickUsageError):
 
     def show(self, file: Any = None) -> None:
         where = f" (see `{self.ctx.command_path} --help`)" if self.ctx else ""
-        typer.echo(f"error: {redact(self.format_message())}{where}", file=file, err=file is None)
+        typer.echo(f"error: {inert(redact(self.format_message()))}{where}", file=file, err=file is None)
 
 
 def _one_line(e: ClickUsageError) -> _UsageError:

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from biocheck.secrets import json_redactor, redact, redact_json
+from biocheck.terminal import inert, json_inert
 
 TMP_PREFIX = ".tmp-"
 
@@ -140,9 +141,10 @@ def remove_stale_tmp(directory: Path | str) -> None:
 
 
 def write_text_atomic(dest: Path | str, text: str) -> None:
-    """Write `text` (secrets blanked) to `dest` atomically."""
+    """Write `text` (secrets blanked, escape sequences and control characters out: `terminal.inert`) to
+    `dest` atomically."""
     with atomic_path(dest) as tmp:
-        tmp.write_text(redact(text), encoding="utf-8")
+        tmp.write_text(inert(redact(text), file=True), encoding="utf-8")
 
 
 def json_digest(payload: Any) -> str:
@@ -155,8 +157,8 @@ def json_digest(payload: Any) -> str:
 
 def write_json_atomic(dest: Path | str, obj: Any, indent: int = 2, sort_keys: bool = False) -> None:
     """Write `obj` as JSON to `dest` atomically, secrets blanked from its strings (numbers and the structure
-    untouched: a short numeric key must not break the file)."""
-    text = json.dumps(redact_json(obj), indent=indent, sort_keys=sort_keys, ensure_ascii=False) + "\n"
+    untouched: a short numeric key must not break the file); control characters escaped (`\u001b`)."""
+    text = json_inert(json.dumps(redact_json(obj), indent=indent, sort_keys=sort_keys, ensure_ascii=False)) + "\n"
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
@@ -167,7 +169,7 @@ def dump_jsonl(path: Path, rows: Iterable[BaseModel | dict]) -> int:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             obj = row.model_dump(mode="json") if isinstance(row, BaseModel) else row
-            f.write(json.dumps(clean(obj), ensure_ascii=False) + "\n")
+            f.write(json_inert(json.dumps(clean(obj), ensure_ascii=False)) + "\n")
             n += 1
     return n
 
