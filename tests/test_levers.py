@@ -4,6 +4,8 @@ demonstrations the warm start learns from (sft.demos, sft.nei_examples), which t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from biocheck.agent.prompts import Prompts
@@ -139,7 +141,14 @@ def test_a_judge_lever_trains_its_judge_into_scratch_and_points_the_reward_at_it
     assert base["judge"] == {"out_dir": "models/judge", "level": "abstract"}  # PROJECT's params untouched
     # a lever that changes no judge setting keeps PROJECT's judge and trains none
     q = levers.lever_params(base, {"reward.judge_reads": "quote"}, tmp_path)
-    assert q["reward"]["judge"] == "transformers:models/judge" and levers.lever_judge(q, {"reward.judge_reads": 1}) is None
+    assert q["reward"]["judge"] == "transformers:models/judge"
+    assert levers.lever_judge(q, {"reward.judge_reads": 1}) == (None, None)
+    # a judge already trained with the lever's settings is reused, not retrained: its test metrics, and its
+    # training time only where its stats kept one (they no longer do: the folder is a DVC output)
+    folder.mkdir()
+    settings = {k: v for k, v in p["judge"].items() if k not in ("metrics_path", "out_dir")}
+    (folder / "judge_train.json").write_text(json.dumps({"config": settings, "test": {"accuracy": 0.5}}))
+    assert levers.lever_judge(p, {"judge.level": "sentence"}) == ({"accuracy": 0.5}, None)
 
 
 def test_the_judge_table_counts_credited_citations_per_side():
