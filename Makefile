@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make quickstart   set up .venv (once) and run the quickstart pipeline (`dvc repro`)
 #   make test         set up .venv (once) and run the test suite
-#   make e2e          ... and the end-to-end tests: every Prefect deployment's flow on a fresh project (CI runs both)
+#   make e2e          ... and the slow and end-to-end tests (real DVC, Prefect and MLflow servers, every deployment's
+#                     flow on a fresh project); CI runs both
 # Both create or reuse the virtual environment in $(VENV), installed from the hashed lock $(LOCK); it is
 # reinstalled when the content of the lock, requirements/pip.txt or pyproject.toml changes (not their dates: a
 # fresh checkout, or a venv restored from CI's cache, dates every file anew). `make lock` refreshes the locks
@@ -60,7 +61,7 @@ test: setup
 # Every deployment's entry flow (prefect.yaml) with its default parameters on a fresh, small project, under a
 # local Prefect API: what the weekly schedule and a user's `prefect deployment run` do (tests/test_flow_e2e.py).
 e2e: setup
-	pytest -m e2e $(PYTEST_ARGS)
+	pytest -m 'e2e or slow' $(PYTEST_ARGS)
 
 # The fuzz suite (tests/fuzz/) with many more examples than `make test` runs (HYPOTHESIS_PROFILE=ci: 60 each);
 # a failure prints the example and how to replay it. About 10 minutes on 2 cores.

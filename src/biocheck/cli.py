@@ -21,7 +21,7 @@ from biocheck.aliases import CHALLENGER, CHAMPION
 from biocheck.orchestration.pr_comment import Outcome, Remote
 from biocheck.params import load_params, plain
 from biocheck.secrets import redact, redact_logs
-from biocheck.terminal import inert
+from biocheck.terminal import inert, json_inert
 
 app = typer.Typer(
     help="BioCheck: fact-check biomedical claims with an LLM search agent trained by EG-GRPO.\n\n"
@@ -391,8 +391,9 @@ def search(
         out = _run(tool.run, q)  # a backend that cannot answer (down, refused redirect, deadline) ends it in one line
         failed |= out.error is not None
         if as_json:
-            _echo(json.dumps({"query": out.query, "results": out.results, "error": out.error},
-                                  ensure_ascii=False))
+            # data, not text: control characters escaped (\u007f), so the line is inert and still the query
+            _echo(json_inert(json.dumps({"query": out.query, "results": out.results, "error": out.error},
+                                        ensure_ascii=False)))
         else:
             _print_results(out)
     if failed and batch is None:
