@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -191,3 +195,79 @@ def test_eqs_by_the_training_judge_is_said_and_a_missing_judge_names_its_stage(p
     p = wiring.params_of(params)
     _, about = pipeline.eval_scorer(p, pipeline.evaluate_config(p, datasets=["scifact"]))
     assert built == ["transformers:models/judge"] and about["scifact"]["eqs_by_training_judge"] is True
+
+
+# --- one writer per output; eval.json names what it describes (issue 50, item 6) ---------------------------
+
+@contextlib.contextmanager
+def held(folder: Path):
+    """The folder locked as a running writer in another process holds it (outputs.one_writer)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_a_second_evaluation_into_an_out_being_written_is_one_line_and_writes_nothing(project):
+    """Two `evaluate --out X` at once both exited 0, and only the last finisher's files remained."""
+    from tests.test_cli_errors import one_error_line
+
+    args = ["evaluate", "--systems", "base,no_retrieval", "--out", "adhoc", "--no-progress"]
+    assert runner.invoke(app, args).exit_code == 0
+    before = {p: p.read_bytes() for p in (project / "adhoc").rglob("*") if p.is_file()}
+    (project / "script.json").write_text(json.dumps([{"content": REPORT.replace("SUPPORTED", "REFUTED")}]))
+    with held(project / "adhoc"):
+        one_error_line(runner.invoke(app, [*args, "--limit", "1"]), "--out adhoc",
+                       "another evaluation is writing into this folder now", "give another --out")
+    assert {p: p.read_bytes() for p in (project / "adhoc").rglob("*") if p.is_file()} == before  # intact
+    with held(project / "eval"):  # the pipeline's own folder (evaluate.out_dir) too, named as such
+        one_error_line(runner.invoke(app, ["evaluate", "--systems", "base", "--no-progress"]),
+                       "evaluate.out_dir eval", "another evaluation")
+    assert not (project / "reports").exists()
+    r = runner.invoke(app, [*args, "--limit", "1"])  # released: it runs
+    assert r.exit_code == 0, r.output
+
+
+def test_eval_json_names_the_model_of_each_row_and_the_params_it_ran_with(project):
+    args = ["evaluate", "--systems", "eg_grpo,no_retrieval", "--no-progress"]
+    assert runner.invoke(app, [*args, "--out", "a"]).exit_code == 0
+    assert runner.invoke(app, [*args, "--out", "elsewhere/b"]).exit_code == 0
+    a, b = (json.loads((project / out / "eval.json").read_text()) for out in ("a", "elsewhere/b"))
+    assert a["eg_grpo"]["scifact"]["about"]["model"] == "scripted:script.json"  # the spec the system ran
+    assert a["no_retrieval"]["healthfc"]["about"]["model"] == "scripted:script.json"
+    digests = {row["about"]["params_digest"] for by_dataset in a.values() for row in by_dataset.values()}
+    assert len(digests) == 1 and re.fullmatch(r"[0-9a-f]{16}", digests.pop())
+    # where the outputs go is no part of what they describe
+    assert {s: {d: m["about"] for d, m in by.items()} for s, by in a.items()} == \
+        {s: {d: m["about"] for d, m in by.items()} for s, by in b.items()}
+    r = runner.invoke(app, [*args, "--out", "c", "--limit", "1"])  # another choice: another digest
+    assert r.exit_code == 0, r.output
+    c = json.loads((project / "c" / "eval.json").read_text())
+    assert c["eg_grpo"]["scifact"]["about"]["params_digest"] != a["eg_grpo"]["scifact"]["about"]["params_digest"]
+
+
+def test_the_params_digest_depends_on_the_params_only_not_the_folder_or_the_time(tmp_path, monkeypatch):
+    """reports/eval_metrics.json is a DVC output, byte-identical across folders: no clock, no resolved path."""
+    from biocheck.params import load_params
+    from tests.conftest import REPO
+
+    params = load_params(REPO / "params.yaml")
+
+    def digest(out: str | None = None) -> str:
+        cfg = pipeline.evaluate_config(params)
+        if out:
+            cfg.out_dir = Path(out)
+        setup = pipeline.EvalSetup(cfg, {}, {}, {s: pipeline.eval_models(params)[s] for s in cfg.systems})
+        return pipeline.eval_params_digest(params, setup)
+
+    found = set()
+    for where in ("a", "b"):
+        (tmp_path / where).mkdir()
+        monkeypatch.chdir(tmp_path / where)
+        found |= {digest(), digest(str(tmp_path / where / "out"))}
+    assert len(found) == 1
+    params["evaluate"] = {**params["evaluate"], "bootstrap": 7}
+    assert digest() not in found

@@ -249,3 +249,28 @@ def test_the_champion_of_a_quickstart_run_loads_through_mlflow(tmp_path, monkeyp
     selected = db.parent / "models" / "selected"
     if selected.is_dir():  # the workspace still holds that selection
         assert model_fingerprint(selected) == version.tags["model_fingerprint"]
+
+
+# --- one writer: a selection and a registry change at a time (issue 50, item 6) ---------------------------
+
+def test_a_second_selection_of_the_same_checkpoints_writes_and_registers_nothing(tmp_path, store):
+    """Two `select` at once registered the same checkpoint twice."""
+    from biocheck.io import InputError
+    from tests.test_eval_stage import held
+
+    ckpts = _fake_checkpoints(tmp_path / "ckpt", {10: 0.2, 20: 0.5})
+    with held(ckpts), pytest.raises(InputError, match=re.escape(
+            f"select.checkpoints {ckpts}: another selection (biocheck select) is writing into this folder now")):
+        _select(tmp_path, ckpts)
+    assert not (tmp_path / "selected").exists() and not (tmp_path / "sel.json").exists()
+    assert store.search_model_versions(f"name = '{NAME}'") == []
+    with held(tmp_path):  # the SQLite store's folder: a registry change (select, promote) under way
+        with pytest.raises(InputError, match=r"the model registry \(sqlite:///.*\): .* another registry change"):
+            _select(tmp_path, ckpts)
+        assert not (tmp_path / "selected").exists()
+        _select(tmp_path, ckpts, register=False)  # a selection that leaves the registry alone needs no lock
+        assert (tmp_path / "selected").is_dir()
+        r = runner.invoke(app, ["model", "promote"])
+        assert r.exit_code == 1 and "another registry change" in r.output and "Traceback" not in r.output
+    assert str(_select(tmp_path, ckpts)["registered"]["version"]) == "1"  # released: registered once
+    assert len(store.search_model_versions(f"name = '{NAME}'")) == 1

@@ -10,12 +10,16 @@ folder, another stage's output) is refused with one line, never wiped.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from biocheck.io import InputError, atomic_dir, output_dir_problem, output_file_problem
 
 MARK_FILE = ".biocheck-output"  # one line: the command whose output this folder is
+
+log = logging.getLogger(__name__)
 
 
 def _mark(folder: Path) -> str | None:
@@ -79,3 +83,29 @@ def claim_folder(dest: Path | str, option: str) -> None:
     cannot be written (read-only file system, no permission)."""
     if problem := output_dir_problem(dest):
         raise InputError(f"{option} {dest}: {problem}.")
+
+
+@contextlib.contextmanager
+def one_writer(folder: Path | str, option: str, writer: str = "another run", instead: str = "") -> Iterator[None]:
+    """Hold an exclusive lock on `folder` itself (made when missing) while writing into it: a second writer
+    started meanwhile fails at once with one line (InputError: `option` names where the folder came from,
+    `writer` who holds it, `instead` another way out) instead of mixing its outputs with the first one's.
+    Released when the process ends, even killed. A file system without locks (some NFS, FUSE): runs unguarded,
+    with a warning."""
+    import fcntl
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(f"{option} {folder}: {writer} is writing into this folder now; wait for it to "
+                             f"finish{f', or {instead}' if instead else ''}.") from None
+        except OSError as e:
+            log.warning("%s %s cannot be locked (%s): do not start a second writer into it meanwhile", option,
+                        folder, e.strerror or e)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

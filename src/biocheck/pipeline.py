@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from biocheck import aliases, tracking
-from biocheck.io import InputError
+from biocheck.io import InputError, json_digest
 from biocheck.llm.spec import split_spec
-from biocheck.outputs import claim_file
+from biocheck.outputs import claim_file, one_writer
 from biocheck.params import DEFAULT_PARAMS, plain, raw_section, section
 from biocheck.wiring import (
     agent_config,
@@ -390,6 +390,7 @@ class EvalSetup:
     cfg: Any
     systems: dict[str, Any]
     claims: dict[str, list]
+    models: dict[str, str] = dataclasses.field(default_factory=dict)  # the model spec each system runs
 
 
 def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Path | str | None = None,
@@ -433,7 +434,7 @@ def evaluate_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, out: Pa
         if not claims[d]:
             raise InputError(f"{where}: no {split} claims to evaluate; check data.subset "
                              "and data.keep_labels, then `dvc repro prepare`.")
-    return EvalSetup(cfg, systems, claims)
+    return EvalSetup(cfg, systems, claims, {name: models[name] for name in cfg.systems})
 
 
 def _model_alias(model: str, registered: str) -> str:
@@ -467,12 +468,30 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
         ran["eg_grpo"] = _model_alias(model, registered)
     track = tracked(p, registered_model=registered, model_aliases=ran)
     setup = evaluate_setup(p, out=out, model=model, fingerprints=fingerprints, **overrides)
-    scorer, about = eval_scorer(p, setup.cfg)
-    # MLflow (evaluate/compare.log_mlflow): a run `evaluate` with one child per (system, dataset) in the eval
-    # experiment; the metrics go onto the registered versions whose weights the systems ran.
-    with track:
-        return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress, profile=p.get("profile"),
-                        about=about)
+    # one evaluation at a time into a folder (before the judge loads): two would each leave half the results
+    with one_writer(setup.cfg.out_dir, "--out" if out is not None else "evaluate.out_dir", "another evaluation",
+                    "give another --out" if out is not None else "evaluate into another folder (--out)"):
+        scorer, about = eval_scorer(p, setup.cfg)
+        # MLflow (evaluate/compare.log_mlflow): a run `evaluate` with one child per (system, dataset) in the eval
+        # experiment; the metrics go onto the registered versions whose weights the systems ran.
+        with track:
+            return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress,
+                            profile=p.get("profile"), about=about, models=setup.models,
+                            params_digest=eval_params_digest(p, setup))
+
+
+# Where an evaluation writes: no part of what its numbers mean (left out of its params digest).
+EVAL_OUTPUTS = ("out_dir", "report_dir", "headline_dir", "metrics_path", "paired_path", "plots_dir")
+
+
+def eval_params_digest(params: dict[str, Any], setup: EvalSetup) -> str:
+    """16 hex digits over what an evaluation ran with: stage_inputs("evaluate") with the command line's choices
+    (systems, datasets, limit, the eg_grpo model) and without the output paths. The values as params.yaml
+    gives them (no clock, no resolved path), so the same run in another folder has the same digest."""
+    inputs = stage_inputs(params, "evaluate")
+    inputs["evaluate"] = {k: v for k, v in plain(setup.cfg).items() if k not in EVAL_OUTPUTS}
+    inputs["models"] = dict(setup.models)
+    return json_digest(inputs)
 
 
 def eval_scorer(params: dict[str, Any], cfg: Any):
@@ -606,7 +625,6 @@ def evaluate_shard(params: Path | str | dict[str, Any], shard: Any, out: Path | 
     (shards.held); a later run builds its own, as its models or index may have changed in between."""
     from biocheck.evaluate.shards import held, run_shard
     from biocheck.evaluate.systems import Lazy
-    from biocheck.io import json_digest
 
     p = params_of(params)
     setup = evaluate_setup(p, out=out, model=model,

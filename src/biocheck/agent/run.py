@@ -9,15 +9,12 @@ is the same for every trace in it, and a batch with another one is refused rathe
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +27,7 @@ from biocheck.agent.graph import LLM_ERROR
 from biocheck.io import InputError, parse_jsonl, write_json_atomic
 from biocheck.labels import LABELS
 from biocheck.llm.base import LLMError
+from biocheck.outputs import one_writer
 from biocheck.pubmed.types import SearchError
 from biocheck.secrets import redact_json
 
@@ -275,28 +273,10 @@ def run_batch(
         raise InputError(f"{out_dir}: is a file; --out wants a folder for the traces.")
     settings = run_settings(agent, search)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with _only_batch(out_dir):
+    # two batches started together would each pass the one-run check, then mix their traces
+    with one_writer(out_dir, "--out", "another batch", "give another --out"):
         check_one_run(out_dir, settings)
         return _run_batch(agent, claims, out_dir, workers, progress, resume, settings)
-
-
-@contextlib.contextmanager
-def _only_batch(out_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the --out folder itself for the whole batch: two batches started together
-    would each pass the one-run check, then mix their traces. Released when the process ends, even killed."""
-    fd = os.open(out_dir, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise InputError(f"--out {out_dir}: another batch is writing into this folder now; wait for it to "
-                             "finish, or give another --out.") from None
-        except OSError as e:  # a file system without locks (some NFS, FUSE): run, unguarded, and say so
-            log.warning("--out %s cannot be locked (%s): do not start a second batch into it meanwhile",
-                        out_dir, e.strerror or e)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _run_batch(agent: Agent, claims: list[dict[str, Any]], out_dir: Path, workers: int, progress: bool,

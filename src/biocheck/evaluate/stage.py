@@ -37,11 +37,14 @@ log = logging.getLogger(__name__)
 
 def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, list[ClaimRecord]],
              scorer: Scorer | None, progress: bool = True, profile: str | None = None,
-             about: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+             about: dict[str, dict[str, Any]] | None = None, models: dict[str, str] | None = None,
+             params_digest: str | None = None) -> dict[str, Any]:
     """Run and compare; return {metrics, paired, predictions (paths), gallery, skipped (optional steps that
     failed, with why)}. `claims`: dataset name -> its claims (cfg.limit takes the first N of each). `about`:
     dataset name -> what its numbers can mean (config.dataset_about, plus the EQS judge), written into
-    every metrics row as `about` so no number travels without it."""
+    every metrics row as `about` so no number travels without it, with which model the row's system ran
+    (`models`: system -> model spec; its weights' fingerprint when known) and `params_digest` (what the whole
+    run ran with): a metrics file names what it describes."""
     missing = [d for d in cfg.datasets if d not in claims]
     if missing:
         raise InputError(f"evaluate: no claims given for dataset(s) {', '.join(missing)}")
@@ -70,7 +73,8 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
                 close()
 
     metrics = {s: {d: {**compare.system_metrics(preds[(s, d)], cfg.bootstrap, cfg.seed),
-                       "about": dict((about or {}).get(d, {}))} for d in datasets}
+                       "about": {**(about or {}).get(d, {}), **_ran(s, models, tags, params_digest)}}
+                   for d in datasets}
                for s in systems}
     write_json_atomic(cfg.metrics_path, metrics)
     write_headline(metrics, cfg.headline_dir)
@@ -92,6 +96,14 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
             "mlflow_run": runs[0] if runs else None,
             "predictions": {s: {d: predictions_path(cfg.out_dir, s, d).as_posix() for d in datasets}
                             for s in systems}}
+
+
+def _ran(system: str, models: dict[str, str] | None, tags: dict[str, dict[str, str]],
+         params_digest: str | None) -> dict[str, str]:
+    """What a row's numbers came from: the model spec its system ran, that model's fingerprint, the params digest."""
+    ran = {"model": (models or {}).get(system), "model_fingerprint": tags.get(system, {}).get("model_fingerprint"),
+           "params_digest": params_digest}
+    return {k: v for k, v in ran.items() if v}
 
 
 def _ms() -> int:

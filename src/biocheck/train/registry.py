@@ -12,10 +12,13 @@ outcome-only comparison is registered under its own alias (`outcome_only`): neve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
 import tempfile
+import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +35,39 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 EXAMPLE_CLAIM = "Vitamin D supplementation prevents fractures in older adults."
 
 
+def _store_folder(uri: str) -> Path | None:
+    """The local folder that holds a tracking store (a SQLite file's folder, a file store); None for a server."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///")).parent
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme == "file":
+        return Path(urllib.parse.unquote(parts.path))
+    return Path(uri) if not parts.scheme else None
+
+
+@contextlib.contextmanager
+def registry_lock() -> Iterator[None]:
+    """Hold the model registry for one change (a selection's new version and its champion gate, a promotion):
+    two at once would both read the same champion and both move it, or register one selection twice. A second
+    change started meanwhile fails at once in one line (outputs.one_writer on the store's folder). A tracking
+    server orders its own writes: nothing to lock here; tracking off: no registry to change."""
+    from biocheck import tracking
+    from biocheck.outputs import one_writer
+
+    uri = tracking.tracking_uri()
+    folder = _store_folder(uri) if tracking.enabled() else None
+    if folder is None:
+        yield
+        return
+    with one_writer(folder, f"the model registry ({tracking.shown_uri(uri)}):",
+                    "another registry change (biocheck select, biocheck model promote)"):
+        yield
+
+
 def register(cfg: Any, best: dict[str, Any], variant: str = "eg_grpo", serve: Any = None) -> dict[str, Any] | None:
     """Log cfg.out_dir (a SelectConfig's) as an MLflow model of the run `select <variant>` and register it as a
     new version of `cfg.registered_model` under `cfg.alias`; then, for the challenger, the champion gate.
-    None when tracking is off or fails (the selection itself is written)."""
+    None when tracking is off or fails (the selection itself is written). The caller holds `registry_lock()`."""
     from biocheck import tracking
     from biocheck.llm.load import model_fingerprint
 
@@ -125,10 +157,15 @@ def gate(client: Any, name: str, version: str, reward: float, auto: bool = True)
 def promote(name: str, which: str = CHALLENGER) -> dict[str, Any]:
     """`biocheck model promote`: point `champion` of the registered model `name` at `which` (a version number or
     an alias), whatever the validation rewards say; recorded on that version. InputError (one line) when the
-    registry cannot be read or has no such model, version or alias."""
+    registry cannot be read or has no such model, version or alias, or another change holds it."""
+    client, where = _client(name)
+    with registry_lock():
+        return _promote(client, where, name, which)
+
+
+def _promote(client: Any, where: str, name: str, which: str) -> dict[str, Any]:
     from mlflow.exceptions import MlflowException
 
-    client, where = _client(name)
     try:
         model = client.get_registered_model(name)
     except MlflowException:

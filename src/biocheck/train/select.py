@@ -16,6 +16,7 @@ selects among the others (docs/training.md, "Selection").
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import logging
@@ -28,9 +29,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from biocheck.aliases import CHALLENGER
 from biocheck.io import InputError, atomic_path, write_json_atomic
-from biocheck.outputs import output_dir
+from biocheck.outputs import one_writer, output_dir
 from biocheck.train.grpo import TRAINER_STATE, complete_checkpoints
-from biocheck.train.registry import log_model, register  # noqa: F401 (log_model: select's model logging, for callers)
+from biocheck.train.registry import log_model, register, registry_lock  # noqa: F401 (log_model: select's model logging, for callers)
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +156,20 @@ def choose(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def select(cfg: SelectConfig | None = None, variant: str = "eg_grpo", serve: Any = None) -> dict[str, Any]:
     """Select, copy and write the metrics; register the selection (`variant`: the reward variant trained;
     `serve`: the wiring.served.ServeConfig the registered agent runs with, None: the defaults)."""
-    from biocheck.llm.load import weight_files
-
     cfg = cfg or SelectConfig()
     rows, history = checkpoint_table(cfg.checkpoints)
     best = choose(rows)
+    # One selection of these checkpoints at a time, and one registry change: two selections at once would
+    # register the same checkpoint twice and race for the champion. A second one fails here, before any write.
+    with one_writer(cfg.checkpoints, "select.checkpoints", "another selection (biocheck select)"), \
+            (registry_lock() if cfg.register else contextlib.nullcontext()):
+        return _select(cfg, rows, history, best, variant, serve)
+
+
+def _select(cfg: SelectConfig, rows: list[dict[str, Any]], history: list[dict[str, Any]], best: dict[str, Any],
+            variant: str, serve: Any) -> dict[str, Any]:
+    from biocheck.llm.load import weight_files
+
     src = Path(best["checkpoint"])
     with output_dir(cfg.out_dir, "biocheck select", "select.out_dir", ("selection.json",)) as tmp:
         for file in [*(src / name for name in MODEL_FILES), *weight_files(src)]:  # + a sharded model's shards
