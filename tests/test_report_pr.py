@@ -481,3 +481,21 @@ def test_the_quickstart_says_its_scores_are_not_meaningful(repo, profile, caveat
     r = runner.invoke(app, ["report", "pr", "--base", "main"])
     assert r.exit_code == 0, r.output
     assert (line in r.stdout.splitlines()) is caveat
+
+
+@pytest.mark.parametrize("last", ["> @everyone look here", "error: see [this](https://example.org) @maintainers",
+                                  "`@everyone` in ticks ``", "<img src=x> @everyone"])
+def test_the_failing_logs_last_line_is_quoted_as_code_never_as_markdown(repo, tmp_path, last):
+    """The reason above the log was quoted as Markdown: `> @everyone` as a log's last line reached the PR as a
+    mention (GitHub makes no mention, link or tag inside code)."""
+    log = tmp_path / "repro.log"
+    log.write_text(f"Running stage 'evaluate':\n> biocheck evaluate\n{last}\n")
+    r = runner.invoke(app, ["report", "pr", "--base", "main", "--repro-outcome", "failure", "--repro-log", str(log)])
+    assert r.exit_code == 0, r.output
+    failed = r.stdout.split("### The pipeline failed", 1)[1].split("The last", 1)[0]
+    quoted = [line for line in failed.splitlines() if line.startswith(">")]
+    assert len(quoted) == 1, failed
+    span = quoted[0].removeprefix("> ")
+    ticks = re.match(r"`+", span)
+    assert ticks and span.endswith(ticks.group()) and last.removeprefix("error: ") in span  # in one code span
+    assert ticks.group() not in span[len(ticks.group()):-len(ticks.group())]  # the span is not closed early

@@ -158,7 +158,8 @@ def _failure(outcome: Outcome, log_path: Path | None) -> list[str]:
     where = f"in stage **{_md(stage)}**" if stage else "before any stage ran"
     tail = [line[:LOG_LINE_CHARS] for line in lines[-LOG_TAIL_LINES:]]
     fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", "\n".join(tail))), default=0))
-    return [f"`dvc repro` failed {where}:", "", f"> {_html(failure_reason(lines))}", "",
+    # the reason is a line of the log, like the tail: code, never Markdown (`@everyone`, links, quotes)
+    return [f"`dvc repro` failed {where}:", "", f"> {_code(failure_reason(lines)[:LOG_LINE_CHARS])}", "",
             f"The last {len(tail)} lines of its log:", "", f"{fence}text", *tail, fence]
 
 
@@ -236,6 +237,14 @@ def _profile(path: Path) -> str | None:
 def _html(text: object) -> str:
     """Our own sentences (which quote a ref or a path): no HTML gets through, Markdown code spans do."""
     return str(text).replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """One line of someone else's text as a Markdown code span: no mention, link or emphasis gets through."""
+    if not text.strip():
+        return "(no error line)"
+    ticks = "`" * (1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
+    return f"{ticks} {text} {ticks}" if text.startswith("`") or text.endswith("`") else f"{ticks}{text}{ticks}"
 
 
 def _md(text: object) -> str:
