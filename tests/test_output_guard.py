@@ -12,6 +12,7 @@ import re
 import shutil
 import socket
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -338,3 +339,74 @@ def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path):
         claim_folder(tmp_path / "afile" / "out", "--out")
     with pytest.raises(InputError, match="is a socket, not a folder"):
         claim_folder(_special(tmp_path, "socket"), "--out")
+
+
+# --- issue 50, item 8: parameters files that are no parameters, and profile use --------------------------
+
+LONG = "a" * 300 + ".yaml"  # longer than a file name may be (255 bytes)
+
+
+@pytest.mark.parametrize("content, said", [(b"", "the parameters file is empty"),
+                                           (b"   \n\n", "the parameters file is empty"),
+                                           (b"# all commented out\n", "holds no sections, only comments")])
+def test_an_empty_params_file_is_one_line_not_the_codes_defaults(workdir, content, said):
+    (workdir / "p.yaml").write_bytes(content)
+    one_error_line(runner.invoke(app, ["search", "vitamin D", "--params", "p.yaml"]), "p.yaml", said)
+
+
+def test_an_empty_section_is_one_line_not_the_codes_defaults(workdir):
+    text = (workdir / "params.yaml").read_text()
+    (workdir / "params.yaml").write_text(re.sub(r"(?ms)^agent:\n(?:[ #].*?\n|\n)*", "agent:\n", text))
+    assert load_params(workdir / "params.yaml")["agent"] is None
+    one_error_line(runner.invoke(app, ["check", "A claim."]), "params.yaml", "section 'agent' is empty")
+
+
+def test_params_that_are_a_device_a_fifo_or_a_name_too_long_say_what_they_are(workdir):
+    os.mkfifo(workdir / "fifo.yaml")
+    for given, said in (("/dev/zero", "is a character device, not a parameters file"),
+                        ("fifo.yaml", "is a named pipe (FIFO), not a parameters file"),
+                        (LONG, "cannot open the parameters file (File name too long)")):
+        one_error_line(runner.invoke(app, ["search", "vitamin D", "--params", given]), given, said)
+
+
+def test_an_output_file_name_too_long_is_one_line(workdir):
+    one_error_line(runner.invoke(app, ["check", "A claim.", "--trace", LONG]), "--trace", "File name too long")
+    one_error_line(runner.invoke(app, ["profile", "use", "smol", "--params", LONG]), "--params",
+                   "File name too long")
+
+
+def test_profile_use_writes_params_readable_as_the_umask_allows_and_keeps_a_files_mode(workdir):
+    """atomic_path's temporary file is 0600: params.yaml became private to its writer."""
+    old = os.umask(0o022)
+    try:
+        assert runner.invoke(app, ["profile", "use", "smol", "--params", "new.yaml"]).exit_code == 0
+        assert stat.S_IMODE(os.stat(workdir / "new.yaml").st_mode) == 0o644
+        (workdir / "new.yaml").chmod(0o640)
+        assert runner.invoke(app, ["profile", "use", "quickstart", "--params", "new.yaml"]).exit_code == 0
+        assert stat.S_IMODE(os.stat(workdir / "new.yaml").st_mode) == 0o640
+    finally:
+        os.umask(old)
+
+
+def test_profile_use_refuses_a_profile_whose_values_a_stage_refuses(workdir):
+    profile = yaml.safe_load((workdir / "profiles" / "smol.yaml").read_text())
+    profile["train"]["max_steps"] = -5
+    (workdir / "profiles" / "broken.yaml").write_text(yaml.safe_dump(profile))
+    before = (workdir / "params.yaml").read_bytes()
+    one_error_line(runner.invoke(app, ["profile", "use", "broken", "--force"]), "broken.yaml",
+                   "max_steps must be >= 1, not -5")
+    assert (workdir / "params.yaml").read_bytes() == before
+
+
+def test_profile_use_onto_an_immutable_file_is_one_line_before_any_work(workdir):
+    params = workdir / "params.yaml"
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(params)]).returncode != 0:
+        pytest.skip("no immutable attribute here (chattr needs root and a file system that has it)")
+    try:
+        before = params.read_bytes()
+        one_error_line(runner.invoke(app, ["profile", "use", "smol", "--force"]), "--params params.yaml",
+                       "immutable or append-only file")
+        assert params.read_bytes() == before
+        assert [p.name for p in workdir.iterdir() if p.name.startswith(".tmp-")] == []
+    finally:
+        subprocess.run(["chattr", "-i", str(params)], check=True)

@@ -554,17 +554,14 @@ def check(
         _fail(f"the claim {text_problem(claim)}; give it as UTF-8 text.", code=2)
     if claims is not None and out is None:
         _fail("--claims needs --out DIR for the traces.", code=2)
-    # Refuse unusable outputs and inputs before the model loads and any episode runs.
-    if out is not None and out.exists() and not out.is_dir():
-        _fail(f"--out {out}: is a file; give a folder for the traces (it is created when missing).", code=2)
-    if trace is not None and trace.is_dir():
-        _fail(f"--trace {trace}: is a folder; give a file name, e.g. --trace {trace / 'trace.json'}.", code=2)
+    # Refuse unusable outputs and inputs before the model loads and any episode runs: a file or a folder of the
+    # wrong kind, a device, FIFO or socket, a name too long, a place that cannot be written (read-only).
     from biocheck.outputs import claim_file, claim_folder
 
     if trace is not None:
-        _run(claim_file, trace, "--trace")  # a device, FIFO or socket, or a place that cannot be written
+        _run(claim_file, trace, "--trace")
     if out is not None:
-        _run(claim_folder, out, "--out")  # e.g. on a read-only file system
+        _run(claim_folder, out, "--out")
     todo = _run(read_claims, claims) if claims is not None else None
     p = _run(params_of, params)
     select_cfg = _run(select_config, p)
@@ -1178,16 +1175,20 @@ def profile_use(
     A params.yaml that matches no profile holds your own edits: it is replaced only with --force (copy it
     first, e.g. `cp params.yaml my-params.yaml`).
     """
-    from biocheck.io import atomic_path
+    from biocheck.io import atomic_path, output_file_problem
+    from biocheck.pipeline import check_params
 
     profiles = _profiles()
     if name not in profiles:
         _fail(f"no profile {name!r}; available: {', '.join(profiles) or 'none (run from the repo root)'}.")
+    if problem := output_file_problem(params):  # a device, a name too long, an immutable file: before anything
+        _fail(f"--params {params}: {problem}.", code=2)
     if params.is_dir():
         _fail(f"--params {params}: is a folder; give the parameters file to write, e.g. --params {params / 'params.yaml'}.",
               code=2)
     text = profiles[name].read_text(encoding="utf-8")
-    _run(load_params, profiles[name])  # refuse to install a file that does not parse
+    # refuse to install a file that does not parse, or whose values a stage would refuse (types, bounds, keys)
+    _run(check_params, _run(load_params, profiles[name]))
     if params.is_file() and not force:
         try:
             current = params.read_text(encoding="utf-8")

@@ -8,6 +8,7 @@ for the next stage (or DVC) to pick up.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -23,6 +24,8 @@ from biocheck.secrets import json_redactor, redact, redact_json
 from biocheck.terminal import inert, json_inert
 
 TMP_PREFIX = ".tmp-"
+# Linux's file attributes (linux/fs.h): the ioctl that reads them and the two that forbid replacing a file
+FS_IOC_GETFLAGS, FS_IMMUTABLE_FL, FS_APPEND_FL = 0x80086601, 0x00000010, 0x00000020
 
 
 class InputError(Exception):
@@ -46,7 +49,7 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _kind(mode: int) -> str | None:
+def file_kind(mode: int) -> str | None:
     """What a file that is neither a regular file nor a folder is (None: it is one of those)."""
     for test, name in ((stat.S_ISFIFO, "named pipe (FIFO)"), (stat.S_ISSOCK, "socket"),
                        (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
@@ -61,11 +64,16 @@ def output_file_problem(dest: Path | str) -> str | None:
     a nearest existing folder that cannot be written (read-only file system, no permission)."""
     dest = Path(dest)
     try:
-        kind = _kind(os.stat(dest).st_mode)
-    except OSError:  # nothing there (or a dangling link, which the rename replaces)
+        kind = file_kind(os.stat(dest).st_mode)
+    except OSError as e:  # nothing there (or a dangling link, which the rename replaces)
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # a name the system refuses (too long)
+            return f"cannot be a file name here ({e.strerror or e}); give a shorter or other path"
         kind = None
     if kind:
         return f"is a {kind}, not a regular file; an output file must not replace it (give a file name)"
+    if _immutable(dest):
+        return ("is an immutable or append-only file (chattr +i / +a: see lsattr), which nothing can replace; "
+                "give another path, or `chattr -i` it first")
     folder = dest.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -74,6 +82,40 @@ def output_file_problem(dest: Path | str) -> str | None:
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"cannot write in {folder} (read-only file system or no permission); give another path"
     return None
+
+
+def _immutable(path: Path) -> bool:
+    """Whether `path` is a regular file with Linux's immutable or append-only attribute (a rename onto it fails
+    with EPERM, even for root); False wherever the attributes cannot be read."""
+    try:
+        import fcntl
+        import struct
+
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (ImportError, OSError):
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        flags = struct.unpack("l", fcntl.ioctl(fd, FS_IOC_GETFLAGS, struct.pack("l", 0)))[0]
+        return bool(flags & (FS_IMMUTABLE_FL | FS_APPEND_FL))
+    except OSError:  # not Linux, or a file system without attributes
+        return False
+    finally:
+        os.close(fd)
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc); else set and put back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def output_dir_problem(dest: Path | str) -> str | None:
@@ -85,7 +127,7 @@ def output_dir_problem(dest: Path | str) -> str | None:
     except OSError:
         mode = None
     if mode is not None and not stat.S_ISDIR(mode):
-        return f"is a {_kind(mode) or 'file'}, not a folder; give a folder (it is created when missing)"
+        return f"is a {file_kind(mode) or 'file'}, not a folder; give a folder (it is created when missing)"
     return output_file_problem(dest / "x") if mode is not None else output_file_problem(dest)
 
 
@@ -93,17 +135,25 @@ def output_dir_problem(dest: Path | str) -> str | None:
 def atomic_path(dest: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success it replaces `dest`, on error it vanishes."""
     dest = Path(dest)
-    if dest.is_dir():  # os.replace would fail at the very end, after all the work
-        raise InputError(f"{dest}: is a folder; an output file cannot replace it (give a file name).")
     if problem := output_file_problem(dest):
         raise InputError(f"{dest}: {problem}.")
+    if dest.is_dir():  # os.replace would fail at the very end, after all the work
+        raise InputError(f"{dest}: is a folder; an output file cannot replace it (give a file name).")
+    try:  # the file keeps its mode; a new one gets what the umask allows (mkstemp's 0600 would be private)
+        mode = stat.S_IMODE(os.stat(dest).st_mode)
+    except OSError:
+        mode = 0o666 & ~umask()
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{dest.name}.", dir=dest.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.replace(tmp_path, dest)
+        os.chmod(tmp_path, mode)
+        try:
+            os.replace(tmp_path, dest)
+        except PermissionError as e:  # made immutable meanwhile, or a sticky folder of another user
+            raise InputError(f"{dest}: cannot be replaced ({e.strerror}); give another path.") from None
     finally:
         tmp_path.unlink(missing_ok=True)
 

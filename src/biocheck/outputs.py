@@ -71,11 +71,11 @@ def claim_file(dest: Path | str, option: str) -> None:
     """InputError, before any work, when `dest` cannot take an output file: a folder (replacing it would delete
     the folder), a device, FIFO or socket, or a place that cannot be written (`io.output_file_problem`)."""
     dest = Path(dest)
+    if problem := output_file_problem(dest):  # first: a name too long for is_dir() to look at
+        raise InputError(f"{option} {dest}: {problem}.")
     if dest.is_dir():
         raise InputError(f"{option} {dest}: is a folder; give a file name, e.g. {option.split()[0]} "
                          f"{dest / 'out.json'}.")
-    if problem := output_file_problem(dest):
-        raise InputError(f"{option} {dest}: {problem}.")
 
 
 def claim_folder(dest: Path | str, option: str) -> None:

@@ -8,8 +8,11 @@ error names the file, the key and what is accepted.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import operator
+import os
+import stat
 import types
 import typing
 from collections.abc import Mapping
@@ -19,7 +22,7 @@ from typing import Annotated, Any, TypeVar
 import annotated_types as at
 import yaml
 
-from biocheck.io import InputError
+from biocheck.io import InputError, file_kind
 
 DEFAULT_PARAMS = Path("params.yaml")
 T = TypeVar("T")
@@ -57,12 +60,22 @@ def plain(cfg: Any) -> dict[str, Any]:
 def load_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
     """The parameters file as a dict of sections; a clear InputError for anything else."""
     path = Path(path)
-    if path.is_dir():
-        raise InputError(f"{path}: is a folder; --params wants a parameters file such as params.yaml.")
-    if not path.is_file():
-        raise InputError(f"{path}: no such parameters file (run from the repo root, or pass --params).")
     try:
-        params = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}  # noqa: S506 (safe)
+        mode = os.stat(path).st_mode
+    except OSError as e:  # missing, or a name the system refuses (too long, a file where a folder should be)
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise InputError(f"{path}: no such parameters file (run from the repo root, or pass --params).") from None
+        raise InputError(f"{path}: cannot open the parameters file ({e.strerror or e}); give another --params.") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"{path}: is a folder; --params wants a parameters file such as params.yaml.")
+    if kind := file_kind(mode):  # reading a FIFO would block, /dev/zero never ends
+        raise InputError(f"{path}: is a {kind}, not a parameters file; give a file such as params.yaml.")
+    try:
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise InputError(f"{path}: the parameters file is empty; restore it (`biocheck profile use quickstart`) "
+                             "or give another --params.")
+        params = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (safe)
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start}); save the parameters file as UTF-8.") from None
     except yaml.YAMLError as e:
@@ -73,6 +86,9 @@ def load_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
                          "`biocheck profile use quickstart`.") from None
     except OSError as e:
         raise InputError(f"{path}: cannot read the parameters file ({e.strerror or e}).") from None
+    if params is None:  # comments only: as empty as a file of no bytes
+        raise InputError(f"{path}: the parameters file holds no sections, only comments; restore it (`biocheck "
+                         "profile use quickstart`) or give another --params.")
     if not isinstance(params, dict):
         raise InputError(f"{path}: expected a mapping of sections (fetch:, data:, ...) at the top level, "
                          f"found {type(params).__name__}.")
@@ -92,6 +108,9 @@ def source(params: dict[str, Any]) -> str:
 def raw_section(params: dict[str, Any], name: str) -> dict[str, Any]:
     """params[name] as a dict ({} when absent); InputError when it is not a mapping."""
     values = params.get(name)
+    if values is None and name in params:  # `agent:` with nothing under it: not a request for the defaults
+        raise InputError(f"{source(params)}: section '{name}' is empty (`{name}:` with no keys under it); give its "
+                         f"keys, or delete the line `{name}:` to run with the defaults.")
     if values is None:
         return {}
     if not isinstance(values, dict):

@@ -159,6 +159,18 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
     raise InputError(f"{stage}: not a stage of dvc.yaml")
 
 
+# Every stage of dvc.yaml by name (a foreach stage by each of its items): what `check_params` checks.
+STAGES = ("fetch", "prepare", "validate", "evidence", "model", "judge", "judge_eqs", "sft", "audit", "train@eg_grpo",
+          "train@outcome_only", "select@eg_grpo", "select@outcome_only", "evaluate")
+
+
+def check_params(params: dict[str, Any]) -> None:
+    """InputError (naming the file, the key and what is accepted) unless every stage can read its params: the
+    check `biocheck profile use` makes before it installs a profile."""
+    for stage in STAGES:
+        stage_inputs(params, stage)
+
+
 # --- stages (DVC runs them through the CLI; Prefect tasks call them directly) ---------------------------
 
 @dataclass
