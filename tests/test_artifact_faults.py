@@ -130,6 +130,17 @@ def test_check_with_a_truncated_model_is_one_error_line(evidence_workdir, model_
     assert "SafetensorError" not in r.output
 
 
+def test_check_with_a_models_hidden_size_edited_is_one_error_line(evidence_workdir, model_copy):
+    """An edit to config.json's hidden_size gave transformers' RuntimeError traceback at load."""
+    config = json.loads((model_copy / "config.json").read_text())
+    config["hidden_size"] *= 2
+    (model_copy / "config.json").write_text(json.dumps(config))
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--llm", f"transformers:{model_copy}"])
+    line = one_error_line(r)
+    assert f"the weights in {model_copy} do not fit its config.json" in line and "hidden_size" in line
+    assert "RuntimeError" not in r.output and "ignore_mismatched_sizes" not in r.output
+
+
 @pytest.fixture
 def eval_project(evidence_workdir: Path) -> Path:
     """A project folder with test splits; every system but the one under test runs a script."""

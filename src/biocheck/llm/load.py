@@ -11,9 +11,12 @@ directory): milliseconds, even for a 4B model.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,6 +171,37 @@ class LoadedModel:
     device: Any
 
 
+class _HeldReport(logging.Filter):
+    """Holds back the load report transformers logs before it raises, so a failed load is one error line."""
+
+    LOGGER = "transformers.modeling_utils"  # from_pretrained logs the report there
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+    def release(self) -> None:
+        logger = logging.getLogger(self.LOGGER)
+        logger.removeFilter(self)
+        for record in self.records:
+            logger.handle(record)
+        self.records.clear()
+
+
+@contextlib.contextmanager
+def _report_held() -> Iterator[_HeldReport]:
+    held = _HeldReport()
+    logging.getLogger(_HeldReport.LOGGER).addFilter(held)
+    try:
+        yield held
+    finally:
+        logging.getLogger(_HeldReport.LOGGER).removeFilter(held)
+
+
 def load_model(ref: str | Path, device: str = "auto", dtype: Any = None, cache_dir: str | Path | None = None) -> LoadedModel:
     """`ref` (a folder, a hub id, or either as "transformers:<ref>") resolved and loaded. Raises InputError
     (ModelNotFoundError for a reference that resolves to nothing) with one line naming the spec; the caller
@@ -182,7 +216,15 @@ def load_model(ref: str | Path, device: str = "auto", dtype: Any = None, cache_d
     except ModelFilesError as e:
         raise ModelFilesError(f"{spec}: {e}") from None
     try:
-        model, tokenizer, dev = load_causal_lm(path, device, dtype)
+        with _report_held() as report:  # transformers' table of mismatched weights, then its RuntimeError
+            model, tokenizer, dev = load_causal_lm(path, device, dtype)
+            report.release()  # loaded: the report (e.g. weights newly initialised) is shown as ever
     except (OSError, ValueError, KeyError) as e:
         raise InputError(f"{spec}: could not load the model/tokenizer from {path}: {e}") from None
+    except RuntimeError as e:  # transformers: weights whose shapes config.json does not describe
+        if "mismatch" not in str(e):
+            raise
+        raise ModelFilesError(f"{spec}: the weights in {path} do not fit its config.json (a size such as "
+                              f"hidden_size differs from the weights'); restore config.json, or "
+                              f"{remedy(path)}.") from None
     return LoadedModel(spec, path, model, tokenizer, dev)
