@@ -74,7 +74,9 @@ class _Server:
 
     def answer(self, h: BaseHTTPRequestHandler) -> None:
         fault = self.fault
-        if fault == "ok":
+        if fault in ("ok", "slow"):  # slow: every answer whole and right, each after 0.4 s
+            if fault == "slow":
+                time.sleep(0.4)
             endpoint = h.path.rsplit("/", 1)[-1]
             body = esearch_xml(["31000001"], 1, "aspirin", 1) if endpoint.startswith("esearch") else pubmed_xml(CORPUS[:1])
             return self._send(h, 200, body)
@@ -133,7 +135,8 @@ def _search(tmp_path: Path, url: str, attempts: int = 1, deadline: float = 2.0,
     env = {**os.environ, "BIOCHECK_EUTILS_URL": _with_password(url), "NCBI_API_KEY": KEY,
            "XDG_CACHE_HOME": str(tmp_path / "cache"), "BIOCHECK_RATELIMIT_DIR": str(tmp_path / "rl"),
            "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""), "COLUMNS": "80"}
-    return subprocess.run([sys.executable, "-m", "biocheck", *before, "search", "aspirin", "--params",
+    query = [] if "--batch" in after else ["aspirin"]
+    return subprocess.run([sys.executable, "-m", "biocheck", *before, "search", *query, "--params",
                            "params.yaml", *after],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
@@ -210,3 +213,36 @@ def test_json_and_verbose_runs_fail_the_same_way(tmp_path, before, after, one_li
     assert "(last error: HTTP 503)" in lines[-1]
     assert len(lines) == 1 if one_line else len(lines) > 1
     assert PASSWORD not in run.stderr and KEY not in run.stderr
+
+
+def test_a_batch_ends_at_its_overall_deadline_however_each_search_keeps_its_own(tmp_path):
+    """search.deadline_s bounds each search: a batch of slow but timely answers had no end but its length."""
+    (tmp_path / "queries.txt").write_text("".join(f"aspirin {i}\n" for i in range(30)))  # 30 x 2 requests x 0.4 s
+    server = _Server("127.0.0.1", "slow")
+    try:
+        began = time.monotonic()
+        run = _search(tmp_path, server.url, deadline=10, after=("--batch", "queries.txt", "--deadline", "3"))
+        took = time.monotonic() - began
+    finally:
+        server.close()
+    lines = run.stderr.splitlines()
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--deadline 3 s" in lines[0], run.stderr
+    answered = run.stdout.count("31000001")
+    assert 0 < answered < 30 and f"{answered} of 30 queries answered, the other {30 - answered} not run" in lines[0]
+    assert took < 3 + 10  # the deadline, plus the interpreter's start; never the 24 s the batch needs
+
+
+def test_the_overall_deadline_cuts_the_search_in_flight(tmp_path):
+    server = _Server("127.0.0.1", "trickle")
+    try:
+        began = time.monotonic()
+        run = _search(tmp_path, server.url, deadline=60, after=("--deadline", "1.5"))
+        took = time.monotonic() - began
+    finally:
+        server.close()
+    lines = run.stderr.splitlines()
+    assert run.returncode == 1 and len(lines) == 1, run.stderr
+    assert "cut short: the command's deadline (--deadline 1.5 s) passed" in lines[0]
+    assert PASSWORD not in run.stderr and KEY not in run.stderr
+    assert took < 30  # not search.deadline_s's 60 s

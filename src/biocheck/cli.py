@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -358,6 +360,11 @@ def search(
     mode: Annotated[Literal[SEARCH_MODES] | None, typer.Option(
         help="boolean (PubMed syntax) or bm25 (free text, no Boolean filter) [default: search.mode].")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output: one object per query, one per line.")] = False,
+    deadline: Annotated[float | None, typer.Option(
+        min=0.001, metavar="<seconds>",
+        help="The most the searches may take, every query of a --batch together: the request in flight is "
+             "cut there, the queries left are not run, exit 1 [default: none; search.deadline_s bounds each "
+             "search].")] = None,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Search the literature exactly as the agent's search_pubmed tool does.
@@ -386,16 +393,32 @@ def search(
         queries = text.splitlines()
     else:
         queries = [query]
+    from biocheck.pubmed.transport import CommandDeadline, command_deadline
+
+    def one(i: int, q: str):
+        if until is not None and time.monotonic() >= until:
+            raise CommandDeadline(f"--deadline {deadline:g} s passed{left(i)}")
+        try:
+            return tool.run(q)
+        except CommandDeadline as e:  # cut in flight: say what was done
+            raise CommandDeadline(f"{e}{left(i)}") from None
+
+    def left(i: int) -> str:
+        return (f"; {i} of {len(queries)} queries answered, the other {len(queries) - i} not run (rerun them, or "
+                "raise --deadline)") if batch is not None else ""
+
     failed = False
-    for q in queries:
-        out = _run(tool.run, q)  # a backend that cannot answer (down, refused redirect, deadline) ends it in one line
-        failed |= out.error is not None
-        if as_json:
-            # data, not text: control characters escaped (\u007f), so the line is inert and still the query
-            _echo(json_inert(json.dumps({"query": out.query, "results": out.results, "error": out.error},
-                                        ensure_ascii=False)))
-        else:
-            _print_results(out)
+    with (command_deadline(deadline, f"--deadline {deadline:g} s") if deadline is not None
+          else contextlib.nullcontext()) as until:
+        for i, q in enumerate(queries):
+            out = _run(one, i, q)  # a backend that cannot answer (down, refused redirect, deadline): one line
+            failed |= out.error is not None
+            if as_json:
+                # data, not text: control characters escaped (\u007f), so the line is inert and still the query
+                _echo(json_inert(json.dumps({"query": out.query, "results": out.results, "error": out.error},
+                                            ensure_ascii=False)))
+            else:
+                _print_results(out)
     if failed and batch is None:
         raise typer.Exit(1)
 

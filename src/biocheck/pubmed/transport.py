@@ -24,13 +24,15 @@ The backoff's `sleep`, its jitter source (`rng`) and the clock that reads a Retr
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import email.utils
 import logging
 import random
 import re
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -51,6 +53,28 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_REPLY_BYTES = 64 * 1024 * 1024  # decoded; an efetch of 200 records is a few MB
 _DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 _LOOPBACK = re.compile(r"^(localhost|127(\.\d{1,3}){3}|::1)$")
+# A whole command's deadline (e.g. `search --batch --deadline`): (time.monotonic() instant, what set it). Every
+# request made within `command_deadline` ends by then, besides its own deadline (search.deadline_s).
+_COMMAND_DEADLINE: contextvars.ContextVar[tuple[float, str] | None] = contextvars.ContextVar(
+    "command_deadline", default=None)
+
+
+@contextlib.contextmanager
+def command_deadline(seconds: float, what: str) -> Iterator[float]:
+    """Requests made inside end within `seconds` from now, all of them together; `what` says in an error what set
+    the deadline (e.g. "--deadline 30 s"). Yields the instant (time.monotonic()) for the caller's own checks."""
+    until = time.monotonic() + seconds
+    token = _COMMAND_DEADLINE.set((until, what))
+    try:
+        yield until
+    finally:
+        _COMMAND_DEADLINE.reset(token)
+
+
+class CommandDeadline(BackendError):
+    """The command's overall deadline (`command_deadline`) passed during a request."""
+
+
 _KEY_PARAM = re.compile(r"(api[_-]key[\"'=:\s]+)[^&\s\"',}]+", re.IGNORECASE)
 
 
@@ -195,11 +219,18 @@ class EutilsTransport:
         attempts = self.policy.max_attempts
         if deadline is None:
             deadline = time.monotonic() + self.policy.deadline
+        command = _COMMAND_DEADLINE.get()
+        cut = command is not None and command[0] < deadline  # the command's deadline comes first
+        if cut:
+            deadline = command[0]
         try:
             if attempts < 1:  # tenacity always makes a first attempt; a policy without attempts sends nothing
                 raise _Retry("no attempt made")
             return self._retrying(what, deadline)(self._attempt, url, what, fields, parse, deadline)
         except _Deadline:
+            if cut:
+                raise CommandDeadline(f"PubMed {what} cut short: the command's deadline ({command[1]}) passed before "
+                                      f"{self.redact(url)} answered") from None
             raise BackendError(
                 f"PubMed {what} got no complete answer within {self.policy.deadline:g} s (search.deadline_s) "
                 f"from {self.redact(url)}; NCBI may be slow or down: retry later, or raise search.deadline_s"
