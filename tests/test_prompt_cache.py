@@ -143,6 +143,38 @@ def test_identical_rows_run_their_own_tokens_once(tiny_model):
     assert calls[:4] == [(1, 30), (1, 8), (1, 13), (4, 1)]
 
 
+@pytest.mark.parametrize("cache", [None, "static"])
+def test_rows_whose_own_tokens_differ_at_equal_length_are_computed_apart(tiny_model, cache):
+    """Tails of one length (search results cut to one size, claims of one length) are no identical tails: each
+    row runs its own, and the result is generation from scratch (a cache keyed by length would mix rows)."""
+    from transformers import GenerationConfig
+
+    from biocheck.train.prompt_cache import PromptCache
+
+    model = _model(tiny_model)
+    ids, mask = _batch(tails=(9, 9, 9))
+    assert int(mask.sum()) == 3 * 39 and len({tuple(row[30:].tolist()) for row in ids}) == 3  # no padding
+    config = GenerationConfig(max_new_tokens=10, do_sample=False, pad_token_id=0, cache_implementation=cache,
+                              output_scores=True, return_dict_in_generate=True)
+    plain = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert len({tuple(row.tolist()) for row in plain.sequences[:, ids.size(1):]}) > 1  # the rows answer apart
+    calls = []
+    real_forward = model.forward
+
+    @functools.wraps(real_forward)
+    def forward(*args, **kwargs):
+        calls.append(tuple(kwargs.get("input_ids", args[0] if args else None).shape))
+        return real_forward(*args, **kwargs)
+
+    model.forward = forward
+    cached = PromptCache().generate(model.generate, model, 0, input_ids=ids, attention_mask=mask,
+                                    generation_config=config)
+    assert torch.equal(cached.sequences, plain.sequences)
+    for mine, theirs in zip(cached.scores, plain.scores, strict=True):  # every row's logits at every token
+        assert torch.allclose(mine, theirs, atol=1e-4)
+    assert calls[:5] == [(1, 30), (1, 8), (1, 8), (1, 8), (3, 1)]  # three tails of 8 tokens, three passes
+
+
 def test_the_static_cache_attends_over_what_it_holds(tiny_model):
     """UsedStaticCache: preallocated like transformers' StaticCache, but a step's attention and mask cover the
     positions written so far; the logits are StaticCache's."""

@@ -96,3 +96,48 @@ def test_other_sampling_goes_to_transformers_as_given(tiny_model):
     config = GenerationConfig(do_sample=True, top_p=0.9)
     sampled(generate, model)(input_ids=None, generation_config=config)
     assert seen == [(config, None)]
+
+
+def test_the_sampler_runs_after_every_other_logits_processor(tiny_model):
+    """The caller's processors (a ban) and generate's own from the config (repetition penalty, bad words) shape the
+    scores the sampler draws from: it is the last processor generate runs. Nearly greedy (temperature 1e-3), the
+    draws are then greedy decoding under the same processors; a sampler that ran first would pick the banned token."""
+    from transformers import AutoModelForCausalLM, GenerationConfig, LogitsProcessorList
+
+    from biocheck.train.sampling import InverseCDFSampler, sampled
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    prompt = torch.tensor([[5, 17, 42, 99, 7], [8, 19, 33, 250, 61]])
+    mask = torch.ones_like(prompt)
+    with torch.no_grad():
+        first = model(input_ids=prompt).logits[:, -1].argmax(-1)
+    banned = sorted(set(first.tolist()))  # each row's favourite first token
+
+    class Ban:
+        def __call__(self, input_ids, scores):
+            scores = scores.clone()
+            scores[:, banned] = float("-inf")
+            return scores
+
+    built = []
+    real = model._get_logits_processor
+
+    def spy(*args, **kwargs):  # the list generate builds: its own processors merged with the caller's
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    model._get_logits_processor = spy
+    common = {"max_new_tokens": 6, "pad_token_id": 0, "repetition_penalty": 1.5, "bad_words_ids": [[11]]}
+    with torch.no_grad():
+        greedy = model.generate(input_ids=prompt, attention_mask=mask, logits_processor=LogitsProcessorList([Ban()]),
+                                generation_config=GenerationConfig(do_sample=False, **common))
+        built.clear()
+        torch.manual_seed(0)
+        drawn = sampled(model.generate, model)(
+            input_ids=prompt, attention_mask=mask, logits_processor=LogitsProcessorList([Ban()]),
+            generation_config=GenerationConfig(do_sample=True, temperature=1e-3, top_k=0, **common))
+    names = [type(p).__name__ for p in built[0]]
+    assert names[-1] == InverseCDFSampler.__name__, names
+    assert {"RepetitionPenaltyLogitsProcessor", "NoBadWordsLogitsProcessor", "Ban"} <= set(names[:-1])
+    assert torch.equal(drawn, greedy)
+    assert not any(t in banned for t in drawn[:, prompt.size(1)].tolist())
