@@ -56,7 +56,7 @@ def registry_lock() -> Iterator[None]:
 
     uri = tracking.tracking_uri()
     folder = _store_folder(uri) if tracking.enabled() else None
-    if folder is None:
+    if folder is None or not folder.is_dir():  # no store there: tracking says so itself (never made here)
         yield
         return
     with one_writer(folder, f"the model registry ({tracking.shown_uri(uri)}):",
