@@ -1,13 +1,15 @@
 """Same inputs, same bytes (issue 49): the outputs of the stages (fetch, prepare, validate, evidence; model, sft, train
-and select on the tiny model, a slow test) hold no absolute path, timestamp or duration, so a run in another folder
-or on another machine gives byte-identical files and DVC hashes: what dvc.lock records, and what a `dvc pull`
-brings, is current wherever the pipeline ran."""
+and select on the tiny model, a slow test; evaluate and audit) hold no absolute path, timestamp or duration, so a
+run in another folder or on another machine gives byte-identical files and DVC hashes: what dvc.lock records, and
+what a `dvc pull` brings, is current wherever the pipeline ran. An evaluation episode's times lie beside its trace
+in a file .dvcignore leaves out of DVC's hash (evaluate/harness.py); DVC itself is asked that it does."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -161,7 +163,7 @@ def test_the_evaluation_stages_give_the_same_bytes_in_another_folder(tmp_path, m
     assert any(f.startswith("eval/traces/fire/") for f in traces) and any(f.startswith("audit/traces/") for f in traces)
     differ = sorted(f for f in first.keys() | second.keys() if first.get(f) != second.get(f))
     assert not differ, "not the same in both folders:\n" + "\n".join(differ)
-    # a coarse stamp (a date, a minute) is the same in two runs a minute apart: no output holds today's date
+    # a coarse stamp (a date, a minute) may be the same in two runs close together: no output holds today's date
     today = {time.strftime("%Y-%m-%d", t) for t in (time.gmtime(), time.localtime())}
     dated = [f for f in second if any(d.encode() in Path(f).read_bytes() for d in today)]
     assert not dated, "today's date in:\n" + "\n".join(dated)
@@ -172,3 +174,31 @@ def test_the_evaluation_stages_give_the_same_bytes_in_another_folder(tmp_path, m
         ep = read_episode(path)
         (began, ended), = ep.clock["episode"]
         assert 0 < began <= ended and ep.timing["total_s"] >= 0 and ep.started_at, trace
+
+
+DVC = shutil.which("dvc", path=str(REPO / ".venv" / "bin")) or shutil.which("dvc")
+
+
+@pytest.mark.skipif(DVC is None, reason="dvc is not installed")
+def test_dvc_hashes_an_evaluation_folder_without_its_times(tmp_path):
+    """The project's .dvcignore, read by DVC itself: the times beside a trace change nothing DVC records."""
+    trace = tmp_path / "eval" / "traces" / "base" / "fp" / "scifact" / "1.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text('{"claim": "c"}\n')
+    shutil.copy(REPO / ".dvcignore", tmp_path / ".dvcignore")
+    (tmp_path / "dvc.yaml").write_text("stages:\n  evaluate:\n    cmd: 'true'\n    outs:\n      - eval\n")
+
+    def dvc(*args: str) -> str:
+        r = subprocess.run([DVC, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    dvc("init", "--no-scm", "-q")
+    times_path(trace).write_text('{"timing": {"total_s": 1.5}}\n')
+    dvc("commit", "-f", "-q")
+    lock = (tmp_path / "dvc.lock").read_text()
+    assert "nfiles: 1" in lock and f"size: {trace.stat().st_size}" in lock  # the trace alone
+    times_path(trace).write_text('{"timing": {"total_s": 2.5}}\n')  # another run's times
+    assert "up to date" in dvc("status")
+    trace.write_text('{"claim": "d"}\n')  # the control: a trace that changed is seen
+    assert "modified" in dvc("status")
