@@ -14,7 +14,15 @@ from biocheck.agent.prompts import Prompts
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate import compare, stage
 from biocheck.evaluate.config import EvaluateConfig
-from biocheck.evaluate.harness import episode_tokens, make_scorer, predictions_path, run_system, trace_dir
+from biocheck.evaluate.harness import (
+    episode_tokens,
+    make_scorer,
+    predictions_path,
+    read_episode,
+    run_system,
+    times_path,
+    trace_dir,
+)
 from biocheck.evaluate.systems.agent_systems import AgentSystem
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import InputError
@@ -88,7 +96,9 @@ def test_predictions_have_one_line_per_claim_with_its_trace_and_scores(search_cf
     preds = run_system(sys_, cs, "scifact", tmp_path, workers=2, progress=False, scorer=make_scorer(HalfJudge()))
     rows = lines(predictions_path(tmp_path, "eg_grpo", "scifact"))
     assert [r["id"] for r in rows] == [c.id for c in cs] == [p.id for p in preds]  # claim order, no duplicates
-    assert [Prediction.model_validate(r) for r in rows] == preds
+    # the file holds everything but the seconds (this machine's: in memory, MLflow, and the traces' times files)
+    assert all("seconds" not in r for r in rows)
+    assert [Prediction.model_validate(r).model_dump() for r in rows] == [p.model_dump() for p in preds]
     for c, p in zip(cs, preds, strict=True):
         ep = Episode.model_validate_json((tmp_path / p.trace).read_text())
         assert ep.claim == c.claim and ep.claim_id == c.id and p.gold == c.label
@@ -114,11 +124,47 @@ def test_a_rerun_after_a_kill_runs_only_the_missing_claims(search_cfg, tmp_path)
     assert sorted(llm2.claims) == sorted([cs[1].claim, cs[4].claim]) and llm2.calls == 4
     assert [p.model_dump(exclude={"seconds"}) for p in again] == [p.model_dump(exclude={"seconds"}) for p in first]
     assert [r["id"] for r in lines(predictions_path(tmp_path, "eg_grpo", "scifact"))] == [c.id for c in cs]
-    assert sorted(p.name for p in folder.iterdir()) == sorted((tmp_path / p.trace).name for p in first)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(  # each trace and its times, no temporary
+        name for p in first for name in ((tmp_path / p.trace).name, times_path(tmp_path / p.trace).name))
     sys3, llm3 = agent_system(search_cfg)
     run_system(sys3, cs, "scifact", tmp_path, progress=False)
     assert llm3.calls == 0  # everything cached
     assert [r["id"] for r in lines(predictions_path(tmp_path, "eg_grpo", "scifact"))] == [c.id for c in cs]
+
+
+def test_an_episodes_times_lie_beside_its_trace_and_are_read_back_only_with_it(search_cfg, tmp_path):
+    """The trace holds no time (the same inputs: the same bytes anywhere); `<claim>.times` beside it holds when
+    the episode and each step ran, and an episode read back has them, unless they are another trace's."""
+    sys_, _ = agent_system(search_cfg)
+    (pred,) = run_system(sys_, claims(1), "scifact", tmp_path, progress=False)
+    trace = tmp_path / pred.trace
+    assert not {"started_at", "timing", "clock"} & set(json.loads(trace.read_text()))
+    times = json.loads(times_path(trace).read_text())
+    assert times_path(trace).name == f"{trace.stem}.times" and set(times) == {"trace_sha256", "started_at",
+                                                                               "timing", "clock"}
+    ep = read_episode(trace)
+    (began, ended), = ep.clock["episode"]
+    assert 0 < began <= ended and [len(ep.clock[k]) for k in ("llm", "search")] == [2, 1]
+    assert ep.timing["total_s"] == pred.seconds > 0 and ep.started_at == times["started_at"] != ""
+    # a trace replaced under its times (a `dvc checkout` leaves a file DVC ignores): they are not its times
+    trace.write_text(trace.read_text().replace('"final_text": "', '"final_text": "x', 1))
+    assert read_episode(trace).clock == {} and read_episode(trace).timing == {}
+
+
+def test_a_trace_with_its_times_inside_is_reused_and_its_times_moved_beside_it(search_cfg, tmp_path):
+    """A trace an older BioCheck wrote (times inside) is reused as it is, and rewritten without them."""
+    sys_, _ = agent_system(search_cfg)
+    cs = claims(1)
+    (pred,) = run_system(sys_, cs, "scifact", tmp_path, progress=False)
+    trace = tmp_path / pred.trace
+    old = read_episode(trace)
+    trace.write_text(old.model_dump_json(indent=2))  # as an older BioCheck wrote it: its times inside
+    times_path(trace).unlink()
+    sys2, llm2 = agent_system(search_cfg)
+    (again,) = run_system(sys2, cs, "scifact", tmp_path, progress=False)
+    assert llm2.calls == 0 and again.seconds == pred.seconds  # reused, with the time it took when it ran
+    assert not {"started_at", "timing", "clock"} & set(json.loads(trace.read_text()))
+    assert read_episode(trace) == old
 
 
 def test_a_corrupt_or_foreign_trace_is_rerun_with_a_warning(search_cfg, tmp_path, caplog):

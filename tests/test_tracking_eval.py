@@ -19,6 +19,7 @@ import yaml
 
 from biocheck import tracking
 from biocheck.evaluate.compare import RUN_METRICS, tag_registered_versions
+from biocheck.evaluate.harness import read_episode
 from biocheck.io import InputError
 from biocheck.pipeline import evaluate_config, evaluate_stage, select_stage
 from biocheck.tracking import tracking_uri
@@ -108,8 +109,13 @@ def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(regis
     assert all(start <= end <= parent.info.end_time for start, end in spans)
     for name, (start, end) in zip(pairs, spans, strict=True):
         _, system, dataset = name.split()
-        rows = [json.loads(line) for line in Path(result["predictions"][system][dataset]).read_text().splitlines()]
-        assert end - start >= 1000 * sum(r["seconds"] for r in rows) - 1, name
+        path = Path(result["predictions"][system][dataset])  # <out>/predictions/<system>/<dataset>.jsonl
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        # each episode's seconds: in its trace's times file (not in the predictions), and the run's cost metric
+        seconds = [read_episode(path.parents[2] / r["trace"]).timing["total_s"] for r in rows]
+        assert end - start >= 1000 * sum(seconds) - 1, name
+        assert sum(seconds) > 0 and by_name[name].data.metrics["seconds_mean"] == pytest.approx(
+            sum(seconds) / len(seconds)), name
     metrics_written = evaluate_config(params_of("params.yaml")).metrics_path.stat().st_mtime * 1000
     assert spans[-1][1] <= metrics_written + 1  # every pair had ended when the metrics were written
     splits = {d: project_split(d) for d in ("scifact", "healthfc")}
@@ -141,6 +147,11 @@ def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(regis
         assert len(traces) == 2  # tracking.trace_samples, set to 2 above; the datasets have 3 and 2 claims
         root = next(s for t in traces for s in t.data.spans if s.parent_id is None)
         assert root.outputs["conclusion"] == "SUPPORTED" and root.inputs["dataset"] == dataset
+        # the spans ran when the episode did: its times, from the file beside its trace (the trace holds none)
+        path = Path(result["predictions"][system][dataset])
+        trace_of = {r["id"]: r["trace"] for r in map(json.loads, path.read_text().splitlines())}
+        (began, ended), = read_episode(path.parents[2] / trace_of[root.inputs["claim_id"]]).clock["episode"]
+        assert abs(root.start_time_ns - began) < 1e6 and abs(root.end_time_ns - ended) < 1e6  # MLflow keeps ms
 
 
 def test_evaluate_tags_the_champion_version_it_ran(registered, client, monkeypatch):

@@ -118,7 +118,8 @@ def system_metrics(preds: Sequence[Prediction], n_resamples: int = 1000, seed: i
     label sets in full. Report metrics (None for a system that writes no report): parse, citing and grounded
     rates, EHR over citing reports and micro-EHR over items, EQS overall and per side, the rationale F1 and
     SciFact's four evidence scores (`rationale`); each with `<metric>_n` (what its denominator counts) and its
-    interval in `ci`. Cost (searches, tokens, seconds) per claim."""
+    interval in `ci`. Cost per claim: searches, tokens and errors; not seconds, which are this machine's
+    (`cost_seconds`: MLflow's eval runs)."""
     preds = list(preds)
     _check_one(preds)
     gold = [p.gold.value for p in preds]
@@ -146,15 +147,20 @@ def system_metrics(preds: Sequence[Prediction], n_resamples: int = 1000, seed: i
         name: {"precision": None, "recall": None, "f1": None} for name in RATIONALE_LEVELS}
     # where grounding breaks, over the claims with gold evidence papers (rewards/funnel.py)
     out["funnel"] = funnel_summary([p.funnel for p in preds]) if reports else funnel_not_applicable()
-    seconds = [p.seconds for p in preds]
     out.update(
         errors=sum(p.error is not None for p in preds),
         searches=_mean([p.searches for p in preds]),
         tokens=_mean([p.tokens for p in preds]),
-        seconds_total=float(sum(seconds)),
-        seconds_mean=_mean(seconds),
     )
     return out
+
+
+def cost_seconds(preds: Sequence[Prediction]) -> dict[str, float | None]:
+    """`seconds_total` and `seconds_mean` of the claims' episodes, as their traces' times recorded them (a
+    cached episode: the time it took when it ran). This machine's times: the eval runs in MLflow show them;
+    the metric files DVC tracks do not hold them, so the same inputs give the same bytes anywhere."""
+    seconds = [p.seconds for p in preds]
+    return {"seconds_total": float(sum(seconds)), "seconds_mean": _mean(seconds)}
 
 
 # --- paired tests -----------------------------------------------------------------------------------
@@ -303,7 +309,8 @@ def write_plot_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[An
 # --- MLflow -----------------------------------------------------------------------------------------
 
 # What an eval run logs as metrics (the runs table, the compare view): each headline column with the n it
-# counts (headline.COLUMNS, the gallery's and the PR comment's list) and the cost per claim. Everything else
+# counts (headline.COLUMNS, the gallery's and the PR comment's list) and the cost per claim (its seconds from
+# cost_seconds: in MLflow, not in the metric files). Everything else
 # (intervals, per-label scores, confusion counts, rationale levels, the paired tests) is the run's
 # `metrics.json` artifact.
 COST = ("searches", "tokens", "seconds_mean", "errors")
@@ -411,6 +418,7 @@ def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
                     # what the numbers can mean (held out, corpus searched, EQS judge): tags, not metrics
                     **{f"about.{k}": str(v) for k, v in (m.get("about") or {}).items() if v is not None}}
             pair = paired.get(dataset, {}).get(system, blank)
+            m = {**m, **cost_seconds(preds)}  # this machine's seconds: here, never in the metric files
             began, ended = times.get((system, dataset), (None, None))
             with tracking.run("evaluate", params=_params(config, **scope), tags=tags, start_time=began,
                               end_time=ended, run_name=f"eval {system} {dataset}", parent=ids[0]) as active:

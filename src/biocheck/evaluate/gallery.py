@@ -17,7 +17,6 @@ hides elements by their data-* attributes.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import os
 import re
@@ -79,13 +78,14 @@ class Provenance:
     profile: str  # params.yaml's `profile` ("" when unknown)
     commit: str  # the full SHA, or "unknown" outside a git checkout
     dirty: bool | None  # uncommitted changes to tracked files (None: unknown)
-    date: str  # when the gallery was written, UTC
+    # No date: the gallery is an output DVC hashes, which the same inputs make the same bytes at any time, in any
+    # folder. When it was made: the MLflow `evaluate` run that holds it as an artifact (its start time).
 
     @classmethod
     def now(cls, profile: str | None) -> Provenance:
         git = git_state()
         dirty = {"true": True, "false": False}.get(git["git_dirty"])
-        return cls(profile or "", git["git_commit"], dirty, dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))
+        return cls(profile or "", git["git_commit"], dirty)
 
     @property
     def short_commit(self) -> str:

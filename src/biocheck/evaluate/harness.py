@@ -6,10 +6,19 @@ only the claims that have no trace, and a new model or prompt (a new fingerprint
 The predictions file is written once, atomically, after every claim has an answer: it never holds a
 duplicate or a cut line. A failed episode (the model could not answer) leaves no trace: the rerun retries it;
 when no claim of a system and dataset got an answer, the run stops with an LLMError (nothing to score).
+
+A trace holds what the inputs determine, nothing of the machine: an episode's times (`started_at`, `timing`,
+`clock`: when it ran and how long each step took) are written beside it, to `<claim>.times`, which
+`.dvcignore` leaves out of DVC's hash. So the same inputs give the same trace and predictions bytes in any
+folder, on any machine (`eval/` and `audit/` in dvc.lock), while an episode read back here has its real times
+(MLflow trace spans, the cost seconds). The times name the trace they belong to (its sha256): times that a
+`dvc checkout` left beside another trace (DVC never touches a file it ignores) are not read.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections import Counter
@@ -19,16 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from tqdm.auto import tqdm
 
 from biocheck.agent.episode import Episode
-from biocheck.agent.run import episode_error, trace_path, write_trace
+from biocheck.agent.run import episode_error, trace_path
 from biocheck.data.gold import EVIDENCE_DATASETS, REVALIDATE, check_usable, label_problem
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.rationale import Cited, CorpusSentences, RationaleCounts, rationale_counts
 from biocheck.evaluate.systems.base import Prediction, System
-from biocheck.io import InputError, atomic_path, dump_jsonl, remove_stale_tmp
+from biocheck.io import InputError, atomic_path, dump_jsonl, remove_stale_tmp, write_json_atomic
 from biocheck.llm.base import LLMError
 from biocheck.pubmed.types import SearchError
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
@@ -165,18 +174,76 @@ def trace_key(system: System, fingerprint: str, claim: ClaimRecord) -> dict[str,
             "claim": claim.claim}
 
 
+# An episode's fields that are this machine's, not the inputs': in `<claim>.times` beside the trace, not in it.
+TIMES = frozenset({"started_at", "timing", "clock"})
+TIMES_SUFFIX = ".times"  # a trace ends in .json: no trace name is ever a times file's (.dvcignore: *.times)
+
+
+def times_path(trace: Path) -> Path:
+    """Where the times of the trace `trace` (`<claim>.json`) lie: `<claim>.times`."""
+    return trace.with_suffix(TIMES_SUFFIX)
+
+
+def write_episode(ep: Episode, path: Path) -> None:
+    """The trace at `path` without the episode's times, then its times beside it (with the trace's sha256).
+    In that order: a run killed in between leaves a trace without times, read back with none."""
+    write_json_atomic(path, ep.model_dump(mode="json", exclude=set(TIMES)))  # secrets blanked from its texts
+    times = ep.model_dump(mode="json", include=set(TIMES))
+    write_json_atomic(times_path(path), {"trace_sha256": _sha256(path.read_bytes()), **times})
+
+
+def read_episode(path: Path) -> Episode:
+    """The trace at `path`, with the times beside it when they are this trace's (OSError, ValueError: no
+    readable trace)."""
+    return _read(path)[0]
+
+
+def _read(path: Path) -> tuple[Episode, bool]:
+    """(the episode with its times, whether the trace itself holds times: an older BioCheck wrote it)."""
+    raw = path.read_bytes()
+    ep = Episode.model_validate_json(raw)
+    inside = bool(TIMES & ep.model_fields_set)
+    times = {} if inside else _times(times_path(path), _sha256(raw))
+    return (ep.model_copy(update=times) if times else ep), inside
+
+
+_TIME_TYPES = {name: TypeAdapter(Episode.model_fields[name].annotation) for name in TIMES}
+
+
+def _times(path: Path, trace_sha256: str) -> dict[str, Any]:
+    """The times in `path` when they belong to the trace of that sha256; else none (a missing or stale file:
+    the episode's steps then have no recorded times, as in a trace written before they were)."""
+    try:
+        times = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(times, dict) or times.get("trace_sha256") != trace_sha256:
+            return {}
+        return {k: _TIME_TYPES[k].validate_python(v) for k, v in times.items() if k in TIMES}
+    except (OSError, ValueError):  # a validation error is a ValueError
+        return {}
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def cached(path: Path, key: dict[str, Any]) -> Episode | None:
-    """The trace at `path` when it is complete and was produced for `key`; else None (the claim runs)."""
+    """The trace at `path` when it is complete and was produced for `key`; else None (the claim runs). A trace
+    an older BioCheck wrote with its times inside is rewritten without them (its times beside it)."""
     if not path.exists():
         return None
     try:
-        ep = Episode.model_validate_json(path.read_text(encoding="utf-8"))
+        ep, inside = _read(path)
     except (OSError, ValueError) as e:  # emptied, cut short, not ours: run the claim again
         log.warning("%s: unreadable trace (%s); rerunning that claim", path, str(e).splitlines()[0][:120])
         return None
     if ep.run_key != key:
         log.warning("%s: trace was made for another claim or system; rerunning that claim", path)
         return None
+    if inside:
+        try:
+            write_episode(ep, path)
+        except (OSError, ValueError) as e:  # the episode is still good: reused, its trace left as it was
+            log.warning("%s: could not move its times out of the trace (%s)", path, str(e).splitlines()[0][:120])
     return ep
 
 
@@ -205,7 +272,7 @@ def _run_one(system: System, claim: ClaimRecord, key: dict[str, Any], path: Path
     if error is not None:
         return ep, redact(error)
     try:
-        write_trace(ep, path)
+        write_episode(ep, path)
     except (OSError, ValueError) as e:  # text JSON cannot hold, a full disk: this claim fails, not the evaluation
         return ep, redact(f"could not write its trace {path.name}: {' '.join(str(e).split())[:200]}")
     return ep, None
@@ -336,7 +403,7 @@ def load_episode(out_dir: Path, pred: Prediction) -> Episode | None:
     if not pred.trace:
         return None
     try:
-        return Episode.model_validate_json((Path(out_dir) / pred.trace).read_text(encoding="utf-8"))
+        return read_episode(Path(out_dir) / pred.trace)
     except (OSError, ValueError):
         return None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from biocheck.agent.episode import Episode
 from biocheck.data.schema import ClaimRecord
@@ -61,5 +61,7 @@ class Prediction(BaseModel):
     funnel: Funnel | None = None  # the evidence funnel (rewards/funnel.py): claims with gold evidence papers
     searches: int = 0
     tokens: int = 0  # prompt + completion tokens when the backend reports them
-    seconds: float = 0.0
+    # the episode's time as its trace's times recorded it: this machine's, so in memory (and MLflow) only, never
+    # in the predictions file, which the same inputs make the same bytes anywhere
+    seconds: float = Field(default=0.0, exclude=True)
     error: str | None = None  # the model failed (stop_reason llm_error)
