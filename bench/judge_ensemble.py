@@ -168,7 +168,8 @@ def rescore(p: dict[str, Any], judge_model: Any, heads: dict, variants: dict[str
     return out
 
 
-def run(project: Path, claims: list[int], seed: int | None, scratch: Path) -> dict[str, Any]:
+def run(project: Path, claims: list[int], seed: int | None, scratch: Path, backbone: Path | None = None,
+        changes: dict[str, Any] | None = None) -> dict[str, Any]:
     import levers
     import torch
 
@@ -180,6 +181,10 @@ def run(project: Path, claims: list[int], seed: int | None, scratch: Path) -> di
 
     base = params_of("params.yaml")
     p = levers.lever_params(base, levers.LEVERS[LEVER], scratch)
+    if backbone is not None:  # another model's layers under the same recipe and pairs
+        levers._set(p, "judge.base", str(backbone))
+    for key, value in (changes or {}).items():  # other judge settings (the training pairs' mix, ...)
+        levers._set(p, key, value)
     cfg = judge_config(p)
     corpus = read_corpus(cfg.prepared_dir)
     train = build_pairs(read_claims(cfg.prepared_dir, "train"), corpus, level=cfg.level,
@@ -188,7 +193,9 @@ def run(project: Path, claims: list[int], seed: int | None, scratch: Path) -> di
     test = build_pairs(read_claims(cfg.prepared_dir, "test"), corpus, level=cfg.level, bm25_per_claim=0,
                        balance=cfg.level == "sentence", seed=TEST_SEED, split="test")
     judge = TransformersJudge(str(cfg.base), batch_size=4, max_abstract_chars=cfg.eval_max_abstract_chars)
-    cache = scratch / "judge_ensemble_features.pt"
+    tag = "".join([f"-{backbone.name}" if backbone is not None else ""]
+                  + [f"-{k.split('.')[-1]}={v}" for k, v in sorted((changes or {}).items())])
+    cache = scratch / f"judge_ensemble_features{tag}.pt"
     t0 = time.perf_counter()
     if cache.is_file():
         feats = torch.load(cache)
@@ -203,8 +210,9 @@ def run(project: Path, claims: list[int], seed: int | None, scratch: Path) -> di
     folds = torch.tensor(claim_folds([q.claim_id for q in train], cfg.folds, cfg.seed))
     variants, heads, cv = fit_variants(feats["train"], y_train, folds)
     result: dict[str, Any] = {
-        "lever": LEVER, "judge": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()
-                                  if k in ("level", "recipe", "seed", "balance", "max_pairs_per_label", "folds")},
+        "lever": LEVER, "backbone": str(cfg.base), "changes": changes or {},
+        "judge": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(cfg).items()
+                  if k in ("level", "recipe", "seed", "balance", "max_pairs_per_label", "folds")},
         "pairs": {"train": len(train), "test": len(test)}, "layers": variants, **cv,
         "test": {n: test_metrics(probs(heads, feats["test"], ls), y_test) for n, ls in variants.items()},
         "features_seconds": round(time.perf_counter() - t0, 1), "audits": {}}
@@ -232,7 +240,7 @@ def table(result: dict[str, Any]) -> str:
     lines = [head, "|" + "---|" * (4 + len(result["audits"]))]
     for name in VARIANTS:
         t, layers = result["test"][name], result["layers"][name]
-        shown = "all 30" if len(layers) == 30 else ", ".join(map(str, layers))
+        shown = f"all {len(layers)}" if name == "all" else ", ".join(map(str, layers))
         lines.append(f"| {name} | {shown} | {result['cv_accuracy'][name]:.3f} | {t['accuracy']:.3f} / "
                      f"{t['recall']['SUPPORTED']:.2f} / {t['recall']['REFUTED']:.2f} ({t['n']}) | "
                      + " | ".join(_shares(result, name)) + " |")
@@ -249,6 +257,9 @@ def main() -> None:
     ap.add_argument("--claims", type=int, nargs="+", default=[16], help="audit sizes to re-score (cached episodes)")
     ap.add_argument("--audit-seed", type=int, help="audit.seed (default: the profile's); a new seed samples anew")
     ap.add_argument("--scratch", type=Path, help="default: PROJECT/levers")
+    ap.add_argument("--base", type=Path, help="another backbone for the align recipe (default: the profile's)")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="judge settings to change, YAML values (e.g. judge.balance=false)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "judge_ensemble.json")
     ap.add_argument("--table", action="store_true", help="print the Markdown table from OUT and stop")
     args = ap.parse_args()
@@ -258,7 +269,10 @@ def main() -> None:
     os.chdir(args.project)
     os.environ.setdefault("BIOCHECK_TRACKING", "off")  # a measurement, not a pipeline run
     scratch = (args.scratch or args.project / "levers").resolve()
-    result = run(args.project, args.claims, args.audit_seed, scratch)
+    import yaml
+
+    changes = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    result = run(args.project, args.claims, args.audit_seed, scratch, args.base, changes)
     if args.out.is_file() and args.audit_seed is not None:  # another sample of the same judges: add its audits
         old = json.loads(args.out.read_text())
         old["audits"].update(result["audits"])
