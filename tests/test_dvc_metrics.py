@@ -31,6 +31,13 @@ from tests.conftest import REPO
 DVC = shutil.which("dvc", path=str(Path(REPO / ".venv" / "bin"))) or shutil.which("dvc")
 pytestmark = pytest.mark.skipif(DVC is None, reason="dvc is not installed")
 DATASETS = ("scifact", "healthfc")
+# The stages' own numbers: plain outputs (not DVC metrics), one JSON file each, shown when named.
+STAGE_FILES = tuple(f"metrics/{f}.json" for f in (
+    "data", "validation", "evidence", "model", "judge", "judge_eqs", "reward_audit", "train", "train_outcome_only",
+    "selection", "selection_outcome_only"))
+# How wide a plain `dvc metrics show` may print: the path and the headline's columns (295 characters with all
+# of them; 2,847 when every stage's file was a DVC metric, one column per key of them all).
+MAX_SHOW_WIDTH = 320
 REPORT_SYSTEMS = {"base", "eg_grpo", "outcome_only", "fire"}  # the agent's systems write a report
 
 
@@ -49,9 +56,9 @@ def columns(data: object, prefix: str = "") -> Iterator[str]:
         yield prefix.rstrip(".")
 
 
-def shown(root: Path) -> dict[str, dict]:
-    """{path: data} of `dvc metrics show --json` in `root` (files that could not be read are left out)."""
-    out = json.loads(dvc(root, "metrics", "show", "--json"))
+def shown(root: Path, *targets: str) -> dict[str, dict]:
+    """{path: data} of `dvc metrics show --json [targets]` in `root` (files that could not be read are left out)."""
+    out = json.loads(dvc(root, "metrics", "show", "--json", *targets))
     files = next(iter(out.values()))["data"]
     return {path: f["data"] for path, f in files.items() if "data" in f}
 
@@ -129,19 +136,19 @@ def project(tmp_path_factory) -> Path:
                                                        REPO / "metrics" / "reward_audit.json")  # before the split
                    if p.is_file() and "judge_credit" in json.loads(p.read_text()))
     write_json_atomic(root / "metrics" / "reward_audit.json", audit_headline(summary))
-    for f in ("data", "validation", "evidence", "model", "judge", "judge_eqs", "train", "train_outcome_only",
-              "selection", "selection_outcome_only"):
-        shutil.copy(REPO / "metrics" / f"{f}.json", root / "metrics" / f"{f}.json")
+    for f in STAGE_FILES:
+        if f != "metrics/reward_audit.json":
+            shutil.copy(REPO / f, root / f)
     return root
 
 
 # --- dvc metrics show ------------------------------------------------------------------------------------
 
 def test_every_metrics_file_the_code_writes_fits_in_40_columns(project):
-    files = shown(project)
+    files = {**shown(project), **shown(project, *STAGE_FILES)}  # the stages' files as `dvc metrics show FILE` shows them
     eval_files = sorted(p for p in files if p.startswith("metrics/eval/"))
     assert eval_files == sorted(f"metrics/eval/{d}/{s}.json" for d in DATASETS for s in SYSTEMS)  # one row each
-    assert "metrics/reward_audit.json" in files and "metrics/data.json" in files
+    assert set(STAGE_FILES) <= set(files)
     wide = {p: len(list(columns(d))) for p, d in files.items() if len(list(columns(d))) > MAX_HEADLINE_KEYS}
     assert wide == {}, f"metrics files wider than {MAX_HEADLINE_KEYS} columns: {wide}"
     row = files["metrics/eval/scifact/eg_grpo.json"]
@@ -149,6 +156,34 @@ def test_every_metrics_file_the_code_writes_fits_in_40_columns(project):
     assert not {"ci", "confusion", "2way", "3way", "seconds_total", "about"} & set(row)  # details are not metrics
     union = {c for p in eval_files for c in columns(files[p])}
     assert len(union) <= MAX_HEADLINE_KEYS  # the evaluation's rows line up in one narrow table
+
+
+def show_width(root: Path) -> tuple[int, list[str]]:
+    """The widest line of a plain `dvc metrics show` in `root`, and the paths of its rows."""
+    lines = dvc(root, "metrics", "show").splitlines()
+    return max(map(len, lines)), [line.split()[0] for line in lines[1:] if line.strip()]
+
+
+def test_a_plain_dvc_metrics_show_prints_the_evaluations_headline_only(project):
+    """The DVC metrics are the evaluation's headline files: a plain `dvc metrics show` is one narrow table, a row
+    per system and dataset; every other stage's numbers are plain outputs, printed when named."""
+    width, rows = show_width(project)
+    assert sorted(rows) == sorted(f"metrics/eval/{d}/{s}.json" for d in DATASETS for s in SYSTEMS)
+    assert width <= MAX_SHOW_WIDTH, width
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    declared = {name for name, body in spec["stages"].items() if (body.get("do") or body).get("metrics")}
+    assert declared == {"evaluate"}
+    outs = {next(iter(o)) if isinstance(o, dict) else o
+            for body in spec["stages"].values() for o in (body.get("do") or body).get("outs") or []}
+    assert {"metrics/reward_audit.json", "${item.metrics}"} <= outs  # still outputs of their stages, in git
+    assert shown(project, "metrics/judge.json")["metrics/judge.json"] == json.loads((REPO / "metrics/judge.json").read_text())
+
+
+def test_the_committed_metrics_show_narrow():
+    """The committed results, as a fresh clone's plain `dvc metrics show` prints them."""
+    width, rows = show_width(REPO)
+    assert rows and all(r.startswith("metrics/eval/") for r in rows), rows
+    assert width <= MAX_SHOW_WIDTH, width
 
 
 def test_the_details_are_plain_outputs_that_nobody_reads_as_metrics():

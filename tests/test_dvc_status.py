@@ -121,3 +121,15 @@ def test_the_rerun_keeps_the_replaced_runs_checkpoints(tmp_path):
     kept = previous_dir(out) / "old-key"
     assert (kept / "checkpoint-10" / "model.safetensors").read_bytes() == b"weights of 10 steps"
     assert not (out / "checkpoint-10").exists() and json.loads((out / "run_key.json").read_text())["key"] == "new-key"
+
+
+def test_dvc_status_on_dvc_yaml_is_the_pipeline_and_a_plain_one_adds_the_studys_stages():
+    """What README.md tells a user: `dvc status dvc.yaml` is the pipeline's status alone; a plain `dvc status`
+    reads every dvc.yaml of the project (DVC's own rule), so it adds exactly what `dvc status study/dvc.yaml`
+    says of the study's stages (all of them until a study has run)."""
+    pipeline = json.loads(_dvc(REPO, "status", "dvc.yaml", "--json"))
+    study = json.loads(_dvc(REPO, "status", "study/dvc.yaml", "--json"))
+    plain = json.loads(_dvc(REPO, "status", "--json"))
+    assert not [s for s in pipeline if s.startswith("study/")], pipeline.keys()
+    assert all(s.startswith("study/dvc.yaml:") for s in study), study.keys()
+    assert plain == {**pipeline, **study}

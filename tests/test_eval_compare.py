@@ -20,8 +20,8 @@ from scipy.stats import binomtest, norm
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
 
 from biocheck.evaluate.compare import (
+    EvalRuns,
     cost_seconds,
-    log_mlflow,
     mcnemar_exact,
     paired_tests,
     plot_data,
@@ -304,6 +304,17 @@ def test_plot_data_files_dvc_reads(tmp_path):
         assert {r["system"] for r in csv.DictReader(f)} == {"cer"}
 
 
+def log_runs(metrics, paired, predictions, config, profile, system_tags=None, gallery=None) -> list[str]:
+    """The runs of an evaluation whose predictions are made already, driven as the stage drives them."""
+    runs = EvalRuns(config, profile)
+    with runs.evaluation():
+        for system, by_dataset in metrics.items():
+            for dataset, m in by_dataset.items():
+                with runs.pair(system, dataset):
+                    runs.log_pair(system, dataset, m, predictions[system][dataset], (system_tags or {}).get(system, {}))
+        return runs.finish(metrics, paired, predictions, system_tags or {}, gallery=gallery)
+
+
 def test_mlflow_runs_per_system_and_dataset(tmp_path, monkeypatch):
     monkeypatch.setenv("NCBI_API_KEY", "sekret-key-123")  # a secret in an error text must not be logged
     ref = preds("eg_grpo", [S, R, N], [S, R, None], report=True, eqs=[0.5, 0.7, None], ehr=[0.0, 0.0, 1.0],
@@ -315,7 +326,7 @@ def test_mlflow_runs_per_system_and_dataset(tmp_path, monkeypatch):
     gallery = tmp_path / "gallery"
     gallery.mkdir()
     (gallery / "index.html").write_text("<html>gallery</html>")
-    ids = log_mlflow(metrics, paired, predictions, {"bootstrap": 20, "seed": 0}, "quickstart",
+    ids = log_runs(metrics, paired, predictions, {"bootstrap": 20, "seed": 0}, "quickstart",
                      system_tags={"eg_grpo": {"model_fingerprint": "m123", "prompt_hash": "p456"}}, gallery=gallery)
     mlflow.set_tracking_uri(tracking_uri())
     client = mlflow.MlflowClient()
@@ -348,7 +359,7 @@ def test_mlflow_runs_per_system_and_dataset(tmp_path, monkeypatch):
 def test_mlflow_off_and_no_git(tmp_path, monkeypatch):
     monkeypatch.setenv("BIOCHECK_TRACKING", "off")
     ps = {"eg_grpo": {"scifact": preds("eg_grpo", [S], [S])}}
-    assert log_mlflow({"eg_grpo": {"scifact": system_metrics(ps["eg_grpo"]["scifact"], 5, 0)}}, {}, ps, {}, "x") == []
+    assert log_runs({"eg_grpo": {"scifact": system_metrics(ps["eg_grpo"]["scifact"], 5, 0)}}, {}, ps, {}, "x") == []
     assert git_state(tmp_path) == {"git_commit": "unknown", "git_dirty": "unknown"}
 
 

@@ -310,9 +310,11 @@ def test_a_prediction_counts_the_tokens_the_model_reported(search_cfg, tmp_path)
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """MLflow logging replaced by a recorder (the real one is compare's to test)."""
+    """Tracking off, and what the stage hands MLflow at the end recorded (the runs are compare's to test)."""
+    monkeypatch.setenv("BIOCHECK_TRACKING", "off")
     calls = []
-    monkeypatch.setattr(compare, "log_mlflow", lambda *a, **k: calls.append((a, k)) or [])
+    monkeypatch.setattr(compare.EvalRuns, "finish",
+                        lambda self, *a, **k: calls.append(((self.config, self.base, *a), k)) or [])
     return calls
 
 
@@ -339,7 +341,9 @@ def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(sea
             preds = [Prediction.model_validate(r) for r in lines(predictions_path(cfg.out_dir, s, d))]
             assert [p.id for p in preds] == [c.id for c in data[d][:3]]  # the limit: the first 3
             assert metrics[s][d]["accuracy"] == sum(p.pred == p.gold for p in preds) / 3
-            assert metrics[s][d] == json.loads(json.dumps({**compare.system_metrics(preds, 50, 0), "about": about[d]}))
+            ran = {"model_fingerprint": {"eg_grpo": a, "pmsearch": b}[s].agent.llm_fingerprint}  # which weights
+            assert metrics[s][d] == json.loads(json.dumps({**compare.system_metrics(preds, 50, 0),
+                                                           "about": {**about[d], **ran}}))
     assert metrics["eg_grpo"]["scifact"]["eqs"] == 0.75 and metrics["pmsearch"]["scifact"]["eqs"] is None
     paired = json.loads(cfg.paired_path.read_text())
     assert set(paired) == {"scifact", "healthfc"} and set(paired["scifact"]) == {"pmsearch"}
@@ -357,10 +361,11 @@ def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(sea
         == [f"{d}/{s}.json" for d in ("healthfc", "scifact") for s in ("eg_grpo", "pmsearch")]
     index = (tmp_path / "reports" / "index.html").read_text()
     assert out["gallery"] == (tmp_path / "reports" / "index.html").as_posix() and "pmsearch" in index
-    (args, kw), = recorded
-    assert args[3] is cfg and args[4] == "quickstart" and kw["gallery"] == cfg.report_dir
-    assert set(args[2]["eg_grpo"]) == {"scifact", "healthfc"} and len(args[2]["eg_grpo"]["healthfc"]) == 3
-    assert kw["system_tags"]["pmsearch"]["prompt_hash"] == b.agent.prompts_hash != a.agent.prompts_hash
+    (args, kw), = recorded  # EvalRuns(cfg, profile).finish(metrics, paired, predictions, system_tags, gallery=)
+    assert args[0] is cfg and args[1]["profile"] == "quickstart" and kw["gallery"] == cfg.report_dir
+    assert args[2] == metrics and args[3] == paired
+    assert set(args[4]["eg_grpo"]) == {"scifact", "healthfc"} and len(args[4]["eg_grpo"]["healthfc"]) == 3
+    assert args[5]["pmsearch"]["prompt_hash"] == b.agent.prompts_hash != a.agent.prompts_hash
 
 
 def test_a_failing_extra_never_loses_predictions_or_metrics(search_cfg, tmp_path, monkeypatch):
@@ -371,7 +376,7 @@ def test_a_failing_extra_never_loses_predictions_or_metrics(search_cfg, tmp_path
 
     monkeypatch.setattr(gallery, "write_gallery", broken)
     monkeypatch.setattr(compare, "plot_data", broken)
-    monkeypatch.setattr(compare, "log_mlflow", broken)
+    monkeypatch.setattr(compare.EvalRuns, "_log_pair", broken)  # MLflow logging, while the runs are open
     cfg = eval_cfg(tmp_path, datasets=["scifact"])
     a, _ = agent_system(search_cfg)
     out = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(2)}, None, progress=False)

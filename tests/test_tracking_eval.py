@@ -21,6 +21,8 @@ from biocheck import tracking
 from biocheck.evaluate.compare import RUN_METRICS, tag_registered_versions
 from biocheck.evaluate.harness import read_episode
 from biocheck.io import InputError
+from biocheck.llm.base import LLMError
+from biocheck.llm.scripted import ScriptedChat
 from biocheck.pipeline import evaluate_config, evaluate_stage, select_stage
 from biocheck.tracking import tracking_uri
 from biocheck.wiring import params_of
@@ -152,6 +154,63 @@ def test_evaluate_nests_one_run_per_system_and_dataset_with_its_test_split(regis
         trace_of = {r["id"]: r["trace"] for r in map(json.loads, path.read_text().splitlines())}
         (began, ended), = read_episode(path.parents[2] / trace_of[root.inputs["claim_id"]]).clock["episode"]
         assert abs(root.start_time_ns - began) < 1e6 and abs(root.end_time_ns - ended) < 1e6  # MLflow keeps ms
+
+
+def watch_runs(client, monkeypatch, pid: str, fail: bool = False) -> list[dict[str, str]]:
+    """Each call of the scripted model first reads this evaluation's runs from MLflow, as a user watching the UI
+    would ({run name: status}, appended to the list returned); `fail`: then the call fails (LLMError)."""
+    seen: list[dict[str, str]] = []
+    answer = ScriptedChat.chat
+
+    def watching(self, messages, tools):
+        runs = mlflow.search_runs(experiment_names=["biocheck-eval"], filter_string=f"tags.pipeline_id = '{pid}'",
+                                  output_format="list")
+        seen.append({r.info.run_name: r.info.status for r in runs})
+        if fail:
+            raise LLMError("the model server went away")
+        return answer(self, messages, tools)
+
+    monkeypatch.setattr(ScriptedChat, "chat", watching)
+    return seen
+
+
+def test_each_evaluation_run_is_running_while_its_work_runs(project, client, monkeypatch):  # noqa: F811
+    """Watching MLflow during an evaluation: `evaluate` and the pair whose episodes are running are RUNNING, the
+    pairs done before it FINISHED, those after it not there yet; afterwards every run is FINISHED, with its
+    metrics, and the time it ran spans its episodes."""
+    pid = f"test-{uuid.uuid4().hex}"
+    monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
+    seen = watch_runs(client, monkeypatch, pid)
+    evaluate_stage("params.yaml", progress=False, systems=["eg_grpo", "no_retrieval"])
+    pairs = [f"eval {s} {d}" for s in ("eg_grpo", "no_retrieval") for d in ("scifact", "healthfc")]
+    assert len(seen) >= len(pairs)  # the model answered every pair's claims
+    running = []
+    for runs in seen:
+        assert runs.pop("evaluate") == "RUNNING"
+        k = len(runs) - 1  # the pairs start in order, one at a time
+        assert runs == {**{name: "FINISHED" for name in pairs[:k]}, pairs[k]: "RUNNING"}, runs
+        running.append(pairs[k])
+    assert list(dict.fromkeys(running)) == pairs  # every pair was seen RUNNING, in the order it ran
+    runs = mlflow.search_runs(experiment_names=["biocheck-eval"], filter_string=f"tags.pipeline_id = '{pid}'",
+                              output_format="list")
+    assert sorted(r.info.run_name for r in runs) == sorted(["evaluate", *pairs])
+    assert {r.info.status for r in runs} == {"FINISHED"} and all(r.info.end_time for r in runs)
+    assert all(set(r.data.metrics) == set(RUN_METRICS) for r in runs if r.info.run_name != "evaluate")
+
+
+def test_a_failed_evaluation_ends_its_runs_failed(project, client, monkeypatch):  # noqa: F811
+    """No claim gets an answer: the evaluation fails, and so do the run of the pair it failed in and `evaluate`;
+    no run is left RUNNING, and no pair after it starts."""
+    pid = f"test-{uuid.uuid4().hex}"
+    monkeypatch.setenv(tracking.PIPELINE_ENV, pid)
+    seen = watch_runs(client, monkeypatch, pid, fail=True)
+    with pytest.raises(LLMError, match="no claim got an answer"):
+        evaluate_stage("params.yaml", progress=False, systems=["eg_grpo"])
+    assert seen and seen[0] == {"evaluate": "RUNNING", "eval eg_grpo scifact": "RUNNING"}
+    runs = mlflow.search_runs(experiment_names=["biocheck-eval"], filter_string=f"tags.pipeline_id = '{pid}'",
+                              output_format="list")
+    assert {r.info.run_name: r.info.status for r in runs} == {"evaluate": "FAILED", "eval eg_grpo scifact": "FAILED"}
+    assert all(r.info.end_time for r in runs)
 
 
 def test_evaluate_tags_the_champion_version_it_ran(registered, client, monkeypatch):

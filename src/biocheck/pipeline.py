@@ -484,8 +484,9 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
     with one_writer(setup.cfg.out_dir, "--out" if out is not None else "evaluate.out_dir", "another evaluation",
                     "give another --out" if out is not None else "evaluate into another folder (--out)"):
         scorer, about = eval_scorer(p, setup.cfg)
-        # MLflow (evaluate/compare.log_mlflow): a run `evaluate` with one child per (system, dataset) in the eval
-        # experiment; the metrics go onto the registered versions whose weights the systems ran.
+        # MLflow (evaluate/compare.EvalRuns): a run `evaluate` with one child per (system, dataset) in the eval
+        # experiment, each open while its work runs; the metrics go onto the registered versions whose weights
+        # the systems ran.
         with track:
             return evaluate(setup.cfg, setup.systems, setup.claims, scorer, progress=progress,
                             profile=p.get("profile"), about=about, models=setup.models,

@@ -596,9 +596,9 @@ def flatten(d: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str,
 
 
 def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any] | None, run_name: str | None,
-           parent: str | None, pipeline_parent_run: bool = True,
-           start_time: int | None = None) -> tuple[Any, str | None]:
-    """(the active run, the pipeline parent's id when this run nests under one)."""
+           parent: str | None, pipeline_parent_run: bool = True) -> tuple[Any, str | None]:
+    """(the active run, the pipeline parent's id when this run nests under one). A run whose `parent` is the
+    active run (an evaluation's `eval <system> <dataset>` inside `evaluate`) starts nested in it."""
     uri = tracking_uri()
     why = _unusable(uri)
     if why:
@@ -621,11 +621,9 @@ def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any]
     if parent is not None:
         all_tags["mlflow.parentRunId"] = parent
     name, clean = redact(run_name or stage), {k: redact(v) for k, v in all_tags.items()}
-    if start_time is None:
-        active = mlflow.start_run(experiment_id=exp_id, run_name=name, tags=clean)
-    else:  # work that began before the run is logged: the run starts when the work did
-        created = mlflow.MlflowClient().create_run(exp_id, start_time=start_time, tags=clean, run_name=name)
-        active = mlflow.start_run(run_id=created.info.run_id)
+    outer = mlflow.active_run()
+    nested = outer is not None and parent == outer.info.run_id
+    active = mlflow.start_run(experiment_id=exp_id, run_name=name, tags=clean, nested=nested)
     try:
         if params:  # redact before the cut: half a key would no longer match
             mlflow.log_params({_mlflow_key(k): redact(v)[:500] for k, v in flatten(params).items()})
@@ -637,14 +635,14 @@ def _start(stage: str, params: Mapping[str, Any] | None, tags: Mapping[str, Any]
 
 @contextlib.contextmanager
 def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None,
-        run_name: str | None = None, parent: str | None = None, nest_in_pipeline: bool = True,
-        start_time: int | None = None, end_time: int | None = None) -> Iterator[Any]:
+        run_name: str | None = None, parent: str | None = None, nest_in_pipeline: bool = True) -> Iterator[Any]:
     """An MLflow run of `stage` (a DVC stage name such as `train@eg_grpo`, or `check`) in its purpose's
     experiment, named `run_name` (default: the stage), with the common tags plus `tags`. It nests under
     `parent` (a run id), else under this pipeline's parent run when the stage runs in one (unless
-    `nest_in_pipeline` is False: then it only carries the pipeline's tag). `start_time`/`end_time` (ms since
-    the epoch): when the work it records began and ended, for a run logged after its work (default: now).
-    Yields the run, or None when tracking is off or fails (then one warning line; the body runs either way)."""
+    `nest_in_pipeline` is False: then it only carries the pipeline's tag); a `parent` that is the active run
+    (`with run(...) as outer`) nests this run inside it. The run is RUNNING while the body runs and ends
+    FINISHED, FAILED when the body raises, KILLED on Ctrl-C. Yields the run, or None when tracking is off or
+    fails (then one warning line; the body runs either way)."""
     experiment(stage)  # an unknown stage is a bug to fix, not a tracking failure to warn about
     if not enabled():
         yield None
@@ -652,7 +650,7 @@ def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline machines: no phone-home attempts
     active = pipeline_parent = None
     try:
-        active, pipeline_parent = _start(stage, params, tags, run_name, parent, nest_in_pipeline, start_time)
+        active, pipeline_parent = _start(stage, params, tags, run_name, parent, nest_in_pipeline)
     except Exception as e:  # noqa: BLE001 (a tracking failure must never cost the stage's results)
         _give_up(f"starting the {stage} run", e)
     status = "FINISHED"
@@ -667,8 +665,6 @@ def run(stage: str, params: Mapping[str, Any] | None = None, tags: Mapping[str, 
                 import mlflow
 
                 mlflow.end_run(status)
-                if end_time is not None:
-                    mlflow.MlflowClient().set_terminated(active.info.run_id, status, end_time=end_time)
                 if pipeline_parent is not None:  # the pipeline's run ends with its latest stage, as it ended
                     mlflow.MlflowClient().set_terminated(pipeline_parent, status)
 
@@ -730,6 +726,17 @@ def _active() -> bool:
     return mlflow.active_run() is not None
 
 
+def set_tags(tags: Mapping[str, Any]) -> None:
+    """Tags on the active run, known only once its work has run (a model's fingerprint), secrets blanked
+    (no-op outside a run or when tracking is off)."""
+    if not _active():
+        return
+    import mlflow
+
+    with guard("setting tags"):
+        mlflow.set_tags({k: redact(str(v)) for k, v in tags.items() if v is not None})
+
+
 def log_metrics(metrics: Mapping[str, Any], prefix: str = "") -> None:
     """Log the numeric leaves of a nested dict (no-op outside a run or when tracking is off)."""
     if not _active():
@@ -789,14 +796,15 @@ def log_artifacts(path: Path | str, artifact_path: str | None = None) -> None:
             mlflow.log_artifact(str(clean), artifact_path=artifact_path)
 
 
-def log_text(text: str, artifact_file: str) -> None:
-    """`mlflow.log_text` with the secrets blanked (no-op outside a run or when tracking is off)."""
-    if not _active():
+def log_text(text: str, artifact_file: str, run_id: str | None = None) -> None:
+    """`mlflow.log_text` with the secrets blanked, into the active run or the run `run_id` (one whose work has
+    ended: a file that needs later work, an evaluation's paired tests); no-op outside a run or when tracking is off."""
+    if not (enabled() if run_id else _active()):
         return
     import mlflow
 
     with guard("logging a text artifact"):
-        mlflow.log_text(redact(text), artifact_file)
+        mlflow.log_text(redact(text), artifact_file, run_id=run_id)
 
 
 def log_table(rows: Sequence[Mapping[str, Any]], artifact_file: str) -> None:

@@ -9,6 +9,7 @@ line the systems up. Intervals are {"lo", "hi"} dicts rather than pairs: DVC and
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -16,7 +17,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from biocheck.metrics import (  # _encode: the paired bootstrap encodes labels a
 from biocheck.params import plain
 from biocheck.rewards.funnel import not_applicable as funnel_not_applicable
 from biocheck.rewards.funnel import summarize as funnel_summary
+from biocheck.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -355,84 +357,158 @@ def _trace_samples(config: Any, preds: Sequence[Prediction], tags: Mapping[str, 
     log_sample([load_episode(out_dir, p) for p in preds[: n * 2]], n, tags=tags)  # a few spare: a trace may be gone
 
 
-def log_mlflow(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
-               paired: Mapping[str, Mapping[str, Mapping[str, Any]]],
-               predictions: Mapping[str, Mapping[str, Sequence[Prediction]]], config: Any, profile: str, *,
-               system_tags: Mapping[str, Mapping[str, str]] | None = None, gallery: Path | None = None,
-               reference: str = REFERENCE, times: Mapping[Any, tuple[int, int]] | None = None) -> list[str]:
-    """The eval experiment (tracking.experiments.eval): a run `evaluate` (config, eval JSONs, the `gallery`
-    folder if given, the test splits as datasets) and one child run `eval <system> <dataset>` per pair. A
-    child's params are its `system`, `dataset` and `model_alias` (the name of the model it ran: selected,
+class EvalRuns:
+    """The eval experiment's runs (tracking.experiments.eval), open while their work runs, so the MLflow UI shows
+    an evaluation in progress: `evaluate` for the whole evaluation (`evaluation()`; config params, then the eval
+    JSONs, the `gallery` folder and the test splits as datasets), and in it one child `eval <system> <dataset>`
+    per pair (`pair()`), RUNNING from the pair's first episode until its numbers are logged. A run ends
+    FINISHED; FAILED when its work raised (then the evaluation fails, and `evaluate` with it); KILLED on Ctrl-C.
+
+    A child's params are its `system`, `dataset` and `model_alias` (the name of the model it ran: selected,
     outcome_only, base, champion, or a registry alias its models:/ URI named; none for a baseline or a model
-    given by folder or spec) and the rest of the config; the same three are tags too. Its metrics are
-    RUN_METRICS (NaN where a number does not apply, so every run has the same keys); the full metrics and its
-    paired tests are the artifact `metrics.json`, the per-claim predictions the table `predictions.json`, its
-    test split a dataset, and its first tracking.trace_samples episodes MLflow traces. Tags: model_fingerprint,
-    prompt_hash, system_fingerprint, writes_report, about.*, registry_aliases and registry_versions (the
-    registry's aliases whose version holds the weights the system ran, by fingerprint, as the registry is
-    now: `challenger` alone for a selection that did not become the champion; "none" for none), plus the
-    common tags (tracking.common_tags). Then each of those versions gets the system's metrics
-    (tag_registered_versions).
+    given by folder or spec) and the rest of the config; the same three are tags too. When its work is done
+    (`log_pair`) it gets its metrics, RUN_METRICS (NaN where a number does not apply, so every run has the same
+    keys), the per-claim predictions as the table `predictions.json`, its test split as a dataset, its first
+    tracking.trace_samples episodes as MLflow traces, and the tags model_fingerprint, prompt_hash,
+    system_fingerprint, writes_report, about.*, registry_aliases and registry_versions (the registry's aliases
+    whose version holds the weights the system ran, by fingerprint, as the registry is then: `challenger` alone
+    for a selection that did not become the champion; "none" for none), plus the common tags
+    (tracking.common_tags). Its full metrics with its paired tests against the reference, the artifact
+    `metrics.json`, come when every system has run (`finish`: the tests need them all), and then each registered
+    version whose weights a system ran gets that system's metrics (tag_registered_versions).
 
-    The runs are logged when the evaluation has ended, with the times it ran (`times`: "evaluate" -> (start,
-    _) of the whole, (system, dataset) -> (start, end) of each pair, ms since the epoch), so their durations are
-    the work's. The parent does not nest under a `dvc repro`'s pipeline run (it carries its `pipeline_id` tag):
-    in this experiment that parent would hold one run only, and the per-system runs would sit two levels down
-    (a study's evaluations still nest under the study's run, which groups many).
+    The parent does not nest under a `dvc repro`'s pipeline run (it carries its `pipeline_id` tag): in this
+    experiment that parent would hold one run only, and the per-system runs would sit two levels down (a
+    study's evaluations still nest under the study's run, which groups many).
 
-    metrics: {system: {dataset: system_metrics}}; paired: {dataset: paired_tests}; predictions:
-    {system: {dataset: [Prediction]}}; system_tags: {system: {"model_fingerprint", "prompt_hash"}} (from the
-    system's episodes). Returns the run ids, the parent's first (none when tracking is off)."""
-    base = {"reference": reference, **({"profile": str(profile)} if profile else {})}
-    ran = tracking.current().model_aliases
-    prepared = tracking.current().prepared_dir
-    splits = {d: prepared / f"{DATASETS[d]}.jsonl" for d in DATASETS} if prepared is not None else {}
-    ids: list[str] = []
-    times = times or {}
-    held = registry_matches(system_tags or {})
-    with tracking.run("evaluate", params=_params(config), tags={**base, "kind": "summary"},
-                      run_name="evaluate", nest_in_pipeline=tracking.in_study(),
-                      start_time=times.get("evaluate", (None, None))[0]) as parent:
-        if parent is None:
-            return ids
+    Tracking never costs a result: tracking's own guard turns a failing store off with one warning, and any
+    other failure of this logging is recorded in `skipped["mlflow"]` (with a warning) and ends the logging,
+    never the evaluation."""
+
+    def __init__(self, config: Any, profile: str | None, reference: str = REFERENCE,
+                 skipped: dict[str, str] | None = None):
+        self.config, self.reference = config, reference
+        self.base = {"reference": reference, **({"profile": str(profile)} if profile else {})}
+        self.skipped = skipped if skipped is not None else {}
+        self.parent: str | None = None
+        self.children: dict[tuple[str, str], str] = {}  # (system, dataset) -> run id, in the order they ran
+        self.held: dict[str, list[tuple[str, Any]]] = {}  # registry_matches, per system as each one ran
+
+    @property
+    def ids(self) -> list[str]:
+        """The run ids, the parent's first (none when tracking is off)."""
+        return [self.parent, *self.children.values()] if self.parent else []
+
+    @contextlib.contextmanager
+    def evaluation(self) -> Iterator[None]:
+        """The `evaluate` run around the whole evaluation."""
+        with self._run(params=lambda: _params(self.config), tags=lambda: {**self.base, "kind": "summary"},
+                       run_name="evaluate", nest_in_pipeline=tracking.in_study()) as active:
+            self.parent = active.info.run_id if active is not None else None
+            yield
+
+    @contextlib.contextmanager
+    def pair(self, system: str, dataset: str) -> Iterator[None]:
+        """The `eval <system> <dataset>` run around that pair's work, inside `evaluation()`."""
+        if self.parent is None or "mlflow" in self.skipped:
+            yield
+            return
+        scope = {"system": system, "dataset": dataset,
+                 "model_alias": tracking.current().model_aliases.get(system, aliases.NONE)}
+        with self._run(params=lambda: _params(self.config, **scope),
+                       tags=lambda: {**self.base, "kind": "system", **scope},
+                       run_name=f"eval {system} {dataset}", parent=self.parent) as active:
+            if active is not None:
+                self.children[(system, dataset)] = active.info.run_id
+            yield
+
+    @contextlib.contextmanager
+    def _run(self, params: Callable[[], Any], tags: Callable[[], Any], **kwargs: Any) -> Iterator[Any]:
+        """tracking.run, or no run when building its params fails (recorded): the work inside runs either way,
+        and what it raises ends the run FAILED."""
+        with contextlib.ExitStack() as stack:
+            active = None
+            if "mlflow" not in self.skipped:
+                try:
+                    active = stack.enter_context(tracking.run("evaluate", params=params(), tags=tags(), **kwargs))
+                except Exception as e:  # noqa: BLE001 (tracking must never cost the evaluation)
+                    self._give_up(e)
+            yield active
+
+    def log_pair(self, system: str, dataset: str, m: Mapping[str, Any], preds: Sequence[Prediction],
+                 system_tags: Mapping[str, str]) -> None:
+        """What a pair's run holds once its work is done (inside `pair()`): tags, metrics, predictions, the test
+        split, sample traces. `m`: its system_metrics; `system_tags`: model_fingerprint, prompt_hash, ..."""
+        if (system, dataset) in self.children and "mlflow" not in self.skipped:
+            self._guarded(self._log_pair, system, dataset, m, preds, system_tags)
+
+    def _log_pair(self, system: str, dataset: str, m: Mapping[str, Any], preds: Sequence[Prediction],
+                  system_tags: Mapping[str, str]) -> None:
+        if system not in self.held:
+            self.held[system] = registry_matches({system: system_tags}).get(system, [])
+        tracking.set_tags({
+            "writes_report": str(bool(m.get("writes_report"))).lower(),
+            "model_fingerprint": system_tags.get("model_fingerprint", "unknown"),
+            "prompt_hash": system_tags.get("prompt_hash", "unknown"),
+            "system_fingerprint": preds[0].fingerprint if preds else "unknown",
+            **_registry_tags(self.held[system]),
+            # what the numbers can mean (held out, corpus searched, EQS judge): tags, not metrics
+            **{f"about.{k}": str(v) for k, v in (m.get("about") or {}).items() if v is not None}})
+        tracking.log_metrics(_headline({**m, **cost_seconds(preds)}))  # this machine's seconds: not in the files
+        tracking.log_table([_row(p) for p in preds], "predictions.json")
+        split = _split_path(dataset)
+        if split is not None:
+            tracking.log_dataset(split, context="evaluation")
+        _trace_samples(self.config, preds, {"system": system, "dataset": dataset,
+                                            "model_alias": tracking.current().model_aliases.get(system, aliases.NONE)})
+
+    def finish(self, metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
+               paired: Mapping[str, Mapping[str, Mapping[str, Any]]],
+               predictions: Mapping[str, Mapping[str, Sequence[Prediction]]],
+               system_tags: Mapping[str, Mapping[str, str]], gallery: Path | None = None) -> list[str]:
+        """At the end, inside `evaluation()`: the parent's files and datasets, each pair's `metrics.json` (its
+        paired tests need every system), the registered versions' metrics. metrics: {system: {dataset:
+        system_metrics}}; paired: {dataset: paired_tests}; predictions: {system: {dataset: [Prediction]}}.
+        Returns the run ids, the parent's first."""
+        if self.parent is not None and "mlflow" not in self.skipped:
+            self._guarded(self._finish, metrics, paired, predictions, system_tags, gallery)
+        return self.ids
+
+    def _finish(self, metrics: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                paired: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                predictions: Mapping[str, Mapping[str, Sequence[Prediction]]],
+                system_tags: Mapping[str, Mapping[str, str]], gallery: Path | None) -> None:
         tracking.log_text(json.dumps(metrics, indent=2), "eval.json")
         tracking.log_text(json.dumps(paired, indent=2), "eval_paired.json")
         if gallery is not None:
             tracking.log_artifacts(gallery, artifact_path="gallery")
         for dataset in sorted({d for by_dataset in metrics.values() for d in by_dataset}):
-            if dataset in splits:
-                tracking.log_dataset(splits[dataset], context="evaluation")
-        ids.append(parent.info.run_id)
-    blank = _empty_pair(reference)
-    for system, by_dataset in metrics.items():
-        extra = dict((system_tags or {}).get(system, {}))
-        for dataset, m in by_dataset.items():
-            preds = list(predictions.get(system, {}).get(dataset, []))
-            scope = {"system": system, "dataset": dataset, "model_alias": ran.get(system, "none")}
-            tags = {**base, "kind": "system", **scope,
-                    "writes_report": str(bool(m.get("writes_report"))).lower(),
-                    "model_fingerprint": extra.get("model_fingerprint", "unknown"),
-                    "prompt_hash": extra.get("prompt_hash", "unknown"),
-                    "system_fingerprint": preds[0].fingerprint if preds else "unknown",
-                    **_registry_tags(held.get(system, [])),
-                    # what the numbers can mean (held out, corpus searched, EQS judge): tags, not metrics
-                    **{f"about.{k}": str(v) for k, v in (m.get("about") or {}).items() if v is not None}}
+            split = _split_path(dataset)
+            if split is not None:
+                tracking.log_dataset(split, context="evaluation")
+        blank = _empty_pair(self.reference)
+        for (system, dataset), run_id in self.children.items():
+            m = {**metrics[system][dataset], **cost_seconds(predictions.get(system, {}).get(dataset, []))}
             pair = paired.get(dataset, {}).get(system, blank)
-            m = {**m, **cost_seconds(preds)}  # this machine's seconds: here, never in the metric files
-            began, ended = times.get((system, dataset), (None, None))
-            with tracking.run("evaluate", params=_params(config, **scope), tags=tags, start_time=began,
-                              end_time=ended, run_name=f"eval {system} {dataset}", parent=ids[0]) as active:
-                if active is None:  # tracking failed meanwhile (it said so once)
-                    return ids
-                tracking.log_metrics(_headline(m))
-                tracking.log_text(json.dumps({"metrics": m, "paired": pair}, indent=2), "metrics.json")
-                tracking.log_table([_row(p) for p in preds], "predictions.json")
-                if dataset in splits:
-                    tracking.log_dataset(splits[dataset], context="evaluation")
-                _trace_samples(config, preds, scope)
-                ids.append(active.info.run_id)
-    tag_registered_versions(metrics, system_tags or {}, ids[0], held)
-    return ids
+            tracking.log_text(json.dumps({"metrics": m, "paired": pair}, indent=2), "metrics.json", run_id=run_id)
+        tag_registered_versions(metrics, system_tags, self.parent, self.held)
+
+    def _guarded(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 (tracking must never cost the evaluation)
+            self._give_up(e)
+
+    def _give_up(self, e: Exception) -> None:
+        why = redact(f"{type(e).__name__}: {e}").splitlines()[0][:300]
+        log.warning("evaluate: mlflow skipped (%s)", why)
+        self.skipped["mlflow"] = why
+
+
+def _split_path(dataset: str) -> Path | None:
+    """The prepared test split of `dataset` (tracking context: the prepared folder); None when unknown."""
+    prepared = tracking.current().prepared_dir
+    return prepared / f"{DATASETS[dataset]}.jsonl" if prepared is not None and dataset in DATASETS else None
 
 
 VERSION_METRICS = ("n", *SCORES, "parse_rate", "citing_rate", "grounded_rate", "ehr", "ehr_micro", "eqs",
@@ -525,8 +601,7 @@ def tag_registered_versions(metrics: Mapping[str, Mapping[str, Mapping[str, Any]
 
 def _split_identity(dataset: str) -> dict[str, str]:
     """dataset_name/dataset_digest of the test split `dataset` (as log_dataset names it), when it is on disk."""
-    prepared = tracking.current().prepared_dir
-    split = prepared / f"{DATASETS[dataset]}.jsonl" if prepared is not None and dataset in DATASETS else None
+    split = _split_path(dataset)
     if split is None or not split.is_file():
         return {}
     return {"dataset_name": f"{split.parent.name}/{split.stem}", "dataset_digest": tracking.file_md5(split)}

@@ -3,9 +3,10 @@
 Order matters for what survives a failure: each (system, dataset) writes its predictions as soon as it is
 done; the metric files come next: every number (`metrics_path`, `paired_path`: plain outputs) and the
 headline numbers DVC shows (`headline_dir/<dataset>/<system>.json`, headline.headline_row) and as a table a
-terminal shows (`table_path`); the plots, the
-gallery and MLflow are optional extras, each guarded, so a missing browser library or a tracking server that
-is down never loses the predictions or the metrics. Every file is written atomically.
+terminal shows (`table_path`); the plots, the gallery and MLflow are optional extras, each guarded, so a
+missing browser library or a tracking server that is down never loses the predictions or the metrics. Every
+file is written atomically. The MLflow runs are open while their work runs (compare.EvalRuns): `evaluate`
+for the whole stage, `eval <system> <dataset>` while that pair's episodes run and are scored.
 
 Nothing is removed before the new results exist: DVC keeps these plain outputs while the stage runs
 (`persist` in dvc.yaml), so a run that fails (a typo in evaluate.systems, a crash) leaves the previous ones.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,43 +57,46 @@ def evaluate(cfg: EvaluateConfig, systems: dict[str, System], claims: dict[str, 
 
     preds: dict[tuple[str, str], list[Prediction]] = {}
     tags: dict[str, dict[str, str]] = {}
-    # when each part ran (ms since the epoch): the MLflow runs, logged at the end, start and end with their work
-    times: dict[Any, tuple[int, int]] = {"evaluate": (_ms(), 0)}
-    for name, system in systems.items():
-        try:
-            for d in datasets:
-                began = _ms()
-                preds[(name, d)] = run_system(system, subsets[d], d, cfg.out_dir, workers=cfg.workers,
-                                              progress=progress, scorer=scorer)
-                times[(name, d)] = (began, _ms())
-            tags[name] = _tags(system, preds[(name, datasets[0])], cfg.out_dir)
-        finally:
-            close = getattr(system, "close", None)
-            if callable(close):  # free its model before the next system loads one
-                close()
-
-    metrics = {s: {d: {**compare.system_metrics(preds[(s, d)], cfg.bootstrap, cfg.seed),
-                       "about": {**(about or {}).get(d, {}), **_ran(s, models, tags, params_digest)}}
-                   for d in datasets}
-               for s in systems}
-    write_json_atomic(cfg.metrics_path, metrics)
-    write_headline(metrics, cfg.headline_dir)
-    write_text_atomic(cfg.table_path, headline_table(metrics))
-    paired = {}
-    if REFERENCE in systems and len(systems) > 1:
-        paired = {d: compare.paired_tests({s: preds[(s, d)] for s in systems}, REFERENCE, cfg.bootstrap, cfg.seed)
-                  for d in datasets}
-    write_json_atomic(cfg.paired_path, paired)
-
+    metrics: dict[str, dict[str, dict[str, Any]]] = {}
     skipped: dict[str, str] = {}
-    _optional("plots", skipped, compare.plot_data, metrics, cfg.plots_dir,
-              stale=[cfg.plots_dir / name for name in compare.PLOT_FILES])
-    gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired, profile, stale=[cfg.report_dir])
-    by_system = {s: {d: preds[(s, d)] for d in datasets} for s in systems}
-    runs = _optional("mlflow", skipped, compare.log_mlflow, metrics, paired, by_system, cfg, profile or "",
-                     system_tags=tags, gallery=cfg.report_dir if gallery else None, reference=REFERENCE, times=times)
+    # MLflow: `evaluate` open for the whole evaluation, each `eval <system> <dataset>` while that pair runs
+    runs = compare.EvalRuns(cfg, profile, reference=REFERENCE, skipped=skipped)
+    with runs.evaluation():
+        for name, system in systems.items():
+            try:
+                for d in datasets:
+                    with runs.pair(name, d):
+                        preds[(name, d)] = run_system(system, subsets[d], d, cfg.out_dir, workers=cfg.workers,
+                                                      progress=progress, scorer=scorer)
+                        if name not in tags:
+                            tags[name] = _tags(system, preds[(name, d)], cfg.out_dir)
+                        metrics.setdefault(name, {})[d] = {
+                            **compare.system_metrics(preds[(name, d)], cfg.bootstrap, cfg.seed),
+                            "about": {**(about or {}).get(d, {}), **_ran(name, models, tags, params_digest)}}
+                        runs.log_pair(name, d, metrics[name][d], preds[(name, d)], tags[name])
+            finally:
+                close = getattr(system, "close", None)
+                if callable(close):  # free its model before the next system loads one
+                    close()
+
+        write_json_atomic(cfg.metrics_path, metrics)
+        write_headline(metrics, cfg.headline_dir)
+        write_text_atomic(cfg.table_path, headline_table(metrics))
+        paired = {}
+        if REFERENCE in systems and len(systems) > 1:
+            paired = {d: compare.paired_tests({s: preds[(s, d)] for s in systems}, REFERENCE, cfg.bootstrap,
+                                              cfg.seed)
+                      for d in datasets}
+        write_json_atomic(cfg.paired_path, paired)
+
+        _optional("plots", skipped, compare.plot_data, metrics, cfg.plots_dir,
+                  stale=[cfg.plots_dir / name for name in compare.PLOT_FILES])
+        gallery = _optional("gallery", skipped, _gallery, cfg, preds, metrics, paired, profile,
+                            stale=[cfg.report_dir])
+        by_system = {s: {d: preds[(s, d)] for d in datasets} for s in systems}
+        ids = runs.finish(metrics, paired, by_system, tags, gallery=cfg.report_dir if gallery else None)
     return {"metrics": metrics, "paired": paired, "gallery": gallery, "skipped": skipped,
-            "mlflow_run": runs[0] if runs else None,
+            "mlflow_run": ids[0] if ids else None,
             "predictions": {s: {d: predictions_path(cfg.out_dir, s, d).as_posix() for d in datasets}
                             for s in systems}}
 
@@ -104,10 +107,6 @@ def _ran(system: str, models: dict[str, str] | None, tags: dict[str, dict[str, s
     ran = {"model": (models or {}).get(system), "model_fingerprint": tags.get(system, {}).get("model_fingerprint"),
            "params_digest": params_digest}
     return {k: v for k, v in ran.items() if v}
-
-
-def _ms() -> int:
-    return int(time.time() * 1000)
 
 
 def write_headline(metrics: dict[str, dict[str, Any]], dest: Path) -> list[Path]:
