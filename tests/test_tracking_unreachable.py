@@ -54,6 +54,15 @@ def test_prepare_writes_its_outputs_with_one_warning_line(workdir, monkeypatch, 
     assert json.loads((workdir / "metrics" / "data.json").read_text())["working"]["scifact"]["train"]["total"] == 4
 
 
+def test_a_folder_named_as_the_database_is_one_warning_line_without_retries(workdir, monkeypatch):  # noqa: F811
+    # issue 50: MLflow retried opening a folder as SQLite for 100+ s; the probe now says what it is at once
+    (workdir / "store.db").mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'store.db'}")
+    _mlflow_is_not_asked(monkeypatch)
+    _one_warning(runner.invoke(app, ["data", "prepare"]), "store.db is a folder, not a database file")
+    assert (workdir / "data" / "prepared" / "corpus.jsonl").is_file()
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_folder_is_one_warning_line(workdir, monkeypatch):  # noqa: F811
     folder = workdir / "ro"

@@ -166,7 +166,11 @@ def _unusable(uri: str) -> str | None:
     if scheme == "sqlite":
         path = urllib.parse.urlsplit(uri).path[1:]  # sqlite:///rel.db -> rel.db, sqlite:////abs.db -> /abs.db
         folder = Path(path or ".").parent if path and path != ":memory:" else None
-        if folder is not None and not folder.is_dir():
+        db = Path(path) if path and path != ":memory:" else None
+        if db is not None and (db.is_dir() or (db.exists() and not db.is_file())):
+            # else SQLAlchemy retries opening it for well over a minute before MLflow gives up
+            why = f"{db} is {'a folder' if db.is_dir() else 'not a regular file'}, not a database file"
+        elif folder is not None and not folder.is_dir():
             why = f"its folder {folder} does not exist"
         elif folder is not None and not os.access(folder, os.W_OK):
             why = f"its folder {folder} is not writable"
