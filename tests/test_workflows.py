@@ -147,7 +147,9 @@ def test_a_failed_repro_gets_a_comment_naming_the_stage_with_the_log_tail(tmp_pa
     assert r.returncode == 0, r.stderr
     md = (runner_temp / "comment.md").read_text()
     assert md.startswith("<!-- biocheck-pr-eval -->\n")
-    assert "`dvc repro` failed in stage **evaluate**" in md and "> the model failed" in md
+    assert "`dvc repro` failed in stage **evaluate**" in md, md
+    # the failing line is quoted as code (issue 50: never as Markdown that mentions or links)
+    assert any(line.startswith("> `") and "the model failed" in line for line in md.splitlines()), md
     tail = md.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines()
     assert tail[-1] == "ERROR: failed to reproduce 'evaluate': failed to run: biocheck evaluate, exited with 1"
     assert "claim 80 of 80" in tail and "claim 1 of 80" not in tail and len(tail) == 40
