@@ -34,7 +34,7 @@ $(VENV)/.inputs.sha256: FORCE
 	test "$$new" = "$$(cat $@ 2>/dev/null)" || echo "$$new" > $@
 
 $(VENV)/.installed: $(VENV)/.inputs.sha256
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the lock $(LOCK) is for Python 3.11: set PYTHON=python3.11 (README, Install notes)")'
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the lock $(LOCK) is for Python 3.11: set PYTHON=python3.11 (docs/install.md)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 # pip first, pinned and hashed (requirements/pip.txt says why: an older pip cannot install the lock).
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements/pip.txt

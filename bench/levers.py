@@ -17,7 +17,7 @@ gold paper and shows a gold rationale over every SUPPORTED / REFUTED training cl
 constant answer (always SUPPORTED) scores on the validation claims with and without data.balanced.
 
 Writes OUT (default bench/results/levers.json; each lever with its params, warm start, audit and seconds) and
-prints a table. `--table` prints the Markdown tables of docs/benchmarks.md from OUT alone, running nothing (the
+prints a table. `--table` prints the Markdown tables of docs/results.md from OUT alone, running nothing (the
 levers, and for those measured with it the judge's credit of the episodes' citations):
 
     python bench/levers.py --table
@@ -190,7 +190,7 @@ STEPS = ("retrieved", "cited", "verbatim", "rationale", "credited")
 
 
 def table(result: dict[str, Any]) -> str:
-    """docs/benchmarks.md's table: per lever, the groups in which R_evidence varies and the funnel's counts of the
+    """docs/results.md's table: per lever, the groups in which R_evidence varies and the funnel's counts of the
     audit's episodes, per gold label (S / R)."""
     head = ("| lever | demonstrations S/R/NEI (citing) | R_evidence varies, S groups | R groups | funnel S (episodes): "
             f"{' / '.join(STEPS)} | funnel R | credit off a gold rationale S / R | SFT s | audit s |")
@@ -218,7 +218,7 @@ def _credited(c: dict[str, Any]) -> str:
 
 
 def judge_table(result: dict[str, Any]) -> str:
-    """docs/benchmarks.md's judge table: per lever measured with the judge's credit, what the judge reads, its
+    """docs/results.md's judge table: per lever measured with the judge's credit, what the judge reads, its
     test metrics, and its credit for the episodes' citations of a gold paper filed on the right and wrong side."""
     head = ("| lever | judge reads | judge (level, layer) | judge test acc / macro-F1 / REFUTED recall (pairs) | "
             "gold cited S: right credited / wrong credited | R: right / wrong | R_evidence varies S / R |")

@@ -1,4 +1,4 @@
-"""A study export (`biocheck study export`) as the Markdown tables of docs/benchmarks.md, from its files alone:
+"""A study export (`biocheck study export`) as the Markdown tables of docs/results.md, from its files alone:
 the analysis recomputed (`biocheck study recompute`), each unit on the claims, the evidence funnel per unit, and
 what each training unit's steps gave the gradient (per-step reward components).
 

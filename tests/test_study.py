@@ -590,7 +590,7 @@ def test_an_export_recomputes_to_the_same_analysis_from_its_files_alone(analyzed
 
 
 def test_the_bench_tables_render_an_export_from_its_files_alone(analyzed, tmp_path, monkeypatch):
-    """bench/study_tables.py (docs/benchmarks.md's tables of a study) reads an export and nothing else."""
+    """bench/study_tables.py (docs/results.md's tables of a study) reads an export and nothing else."""
     import importlib.util
 
     params, _ = analyzed
