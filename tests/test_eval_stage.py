@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from biocheck import pipeline, wiring
 from biocheck.cli import app
 from biocheck.io import InputError
-from tests.builders import write_test_splits
+from tests.builders import model_files, write_test_splits
 
 runner = CliRunner()
 CLAIMS = {"scifact": [("1", "Vitamin D prevents fractures.", "SUPPORTED"), ("2", "Aspirin causes bleeding.", "REFUTED"),
@@ -178,14 +178,14 @@ def test_eqs_by_the_training_judge_is_said_and_a_missing_judge_names_its_stage(p
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo", "--no-progress"])
     assert r.exit_code == 1 and "reward.judge: no judge in models/judge; run `dvc repro judge` first" in r.output
-    (project / "models" / "judge").mkdir(parents=True)
+    model_files(project / "models" / "judge")
     r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo", "--no-progress"])
     assert r.exit_code == 1 and "evaluate.eqs_judge: no judge in models/judge_eqs" in r.output
     assert "dvc repro judge_eqs" in r.output and "Traceback" not in r.output
     built = []
     monkeypatch.setattr(pipeline, "make_judge", lambda cfg: built.append(cfg.spec) or object())
     p = wiring.params_of(project / "params.yaml")
-    (project / "models" / "judge_eqs").mkdir()
+    model_files(project / "models" / "judge_eqs")
     _, about = pipeline.eval_scorer(p, pipeline.evaluate_config(p, datasets=["scifact"]))
     assert built == ["transformers:models/judge", "transformers:models/judge_eqs"]
     assert about["scifact"]["eqs_judge"] == "transformers:models/judge_eqs"
