@@ -271,3 +271,26 @@ def test_the_params_digest_depends_on_the_params_only_not_the_folder_or_the_time
     assert len(found) == 1
     params["evaluate"] = {**params["evaluate"], "bootstrap": 7}
     assert digest() not in found
+
+
+def test_bootstrap_0_is_accepted_and_gives_no_bootstrap_interval(project):
+    """evaluate.bootstrap: 0 means no resampling (EvaluateConfig): the params check takes it, the run gives no
+    bootstrap interval and no paired p or MDD; proportions keep their exact binomial interval, which resamples
+    nothing. A negative count is still refused, naming the key."""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["evaluate"]["bootstrap"] = -1
+    with pytest.raises(InputError, match=r"evaluate\.bootstrap must be >= 0"):
+        pipeline.evaluate_config(params)
+    params["evaluate"]["bootstrap"] = 0
+    assert pipeline.evaluate_config(params).bootstrap == 0
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo,base", "--model", "scripted:script.json",
+                            "--datasets", "scifact", "--out", "adhoc", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    for system in ("eg_grpo", "base"):
+        ci = json.loads((project / "adhoc" / "eval.json").read_text())[system]["scifact"]["ci"]
+        assert {k for k, v in ci.items() if v["lo"] is not None} == {"accuracy", "parse_rate", "citing_rate",
+                                                                   "grounded_rate"}  # exact binomial only
+        assert ci["macro_f1"] == {"lo": None, "hi": None}
+    paired = json.loads((project / "adhoc" / "eval_paired.json").read_text())["scifact"]["base"]
+    assert paired["accuracy"]["diff"] == 0.0 and paired["macro_f1"]["p"] is None and paired["macro_f1"]["mdd"] is None
