@@ -294,3 +294,15 @@ def test_bootstrap_0_is_accepted_and_gives_no_bootstrap_interval(project):
         assert ci["macro_f1"] == {"lo": None, "hi": None}
     paired = json.loads((project / "adhoc" / "eval_paired.json").read_text())["scifact"]["base"]
     assert paired["accuracy"]["diff"] == 0.0 and paired["macro_f1"]["p"] is None and paired["macro_f1"]["mdd"] is None
+
+
+def test_the_evaluation_looks_for_the_training_judge_in_the_judge_stages_default_folder(project, monkeypatch):
+    from biocheck.rewards.judge_train.train import JudgeTrainConfig
+
+    monkeypatch.setattr(JudgeTrainConfig, "out_dir", Path("models/judge_elsewhere"))
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["judge"].pop("out_dir")  # the default: JudgeTrainConfig's
+    params["reward"]["judge"] = "transformers:models/judge_elsewhere"
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    r = runner.invoke(app, ["evaluate", "--systems", "base", "--no-progress"])
+    assert r.exit_code == 1 and "reward.judge: no judge in models/judge_elsewhere; run `dvc repro judge`" in r.output

@@ -515,12 +515,14 @@ def eval_scorer(params: dict[str, Any], cfg: Any):
     from biocheck.evaluate.config import dataset_about
     from biocheck.evaluate.harness import make_scorer
     from biocheck.evaluate.rationale import CorpusSentences
+    from biocheck.rewards.judge_train.train import JudgeTrainConfig
 
     reward_cfg, judge_cfg = reward_config(params)
     eqs_spec = cfg.eqs_judge or judge_cfg.spec
     same = eqs_spec == judge_cfg.spec
     judge_section = raw_section(params, "judge")
-    _check_judge(judge_cfg.spec, judge_section.get("out_dir") or "models/judge", "reward.judge", "judge")
+    _check_judge(judge_cfg.spec, judge_section.get("out_dir") or JudgeTrainConfig.out_dir, "reward.judge",
+                 "judge")
     if not same:
         _check_judge(eqs_spec, (judge_section.get("eqs") or {}).get("out_dir"), "evaluate.eqs_judge", "judge_eqs",
                      " (or set evaluate.eqs_judge: null to score EQS with the training judge, said in every output)")
@@ -535,7 +537,7 @@ def eval_scorer(params: dict[str, Any], cfg: Any):
     return scorer, {d: {**dataset_about(d, desc, kind), **judge_note} for d in cfg.datasets}
 
 
-def _check_judge(spec: str | None, stage_dir: str | None, key: str, stage: str, alternative: str = "") -> None:
+def _check_judge(spec: str | None, stage_dir: str | Path | None, key: str, stage: str, alternative: str = "") -> None:
     """A judge that a DVC stage trains into `stage_dir` must be there before a long evaluation starts."""
     kind, ref = split_spec(spec)
     if kind == "transformers" and stage_dir and Path(ref) == Path(stage_dir) and not is_model_dir(ref):
