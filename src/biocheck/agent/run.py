@@ -28,7 +28,7 @@ from biocheck.io import InputError, parse_jsonl, write_json_atomic
 from biocheck.labels import LABELS
 from biocheck.llm.base import LLMError
 from biocheck.llm.load import is_model_dir
-from biocheck.outputs import one_writer
+from biocheck.outputs import claim_folder, one_writer
 from biocheck.pubmed.types import SearchError
 from biocheck.secrets import redact_json
 
@@ -270,8 +270,7 @@ def run_batch(
     trace and is listed under "failed" in the summary; the other claims still run.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError(f"{out_dir}: is a file; --out wants a folder for the traces.")
+    claim_folder(out_dir, "--out")
     settings = run_settings(agent, search)
     out_dir.mkdir(parents=True, exist_ok=True)
     # two batches started together would each pass the one-run check, then mix their traces
