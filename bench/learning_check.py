@@ -45,6 +45,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from biocheck.evaluate.headline import COLUMNS  # noqa: E402
 from biocheck.io import InputError  # noqa: E402
+from biocheck.llm.load import is_model_dir  # noqa: E402
 from biocheck.params import load_params  # noqa: E402
 from biocheck.pipeline import train_config, train_setup, train_stage  # noqa: E402
 from biocheck.train.select import checkpoint_table, choose  # noqa: E402
@@ -65,7 +66,7 @@ def summarise(name: str, variant: str, beta: float, seed: int, out: Path, second
             "selected": best["eval_reward"], "selected_step": best["step"], "checkpoint": best["checkpoint"],
             "gain": None if start is None else best["eval_reward"] - start,
             "selected_components": {k: best.get(k) for k in ("outcome", "search", "evidence", "hallucination")},
-            "curve": curve, "seconds": seconds, "sft_dir": str(sft_dir) if (sft_dir / "config.json").is_file() else None}
+            "curve": curve, "seconds": seconds, "sft_dir": str(sft_dir) if is_model_dir(sft_dir) else None}
 
 
 def train_run(params: dict, variant: str, beta: float, seed: int, out: Path, max_steps: int | None,

@@ -198,3 +198,12 @@ def dvc_project(work: Path, repo: Path) -> Path:
         shutil.copy2(repo / name, work / name)
     shutil.copytree(repo / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     return work
+
+
+def model_files(folder: Path) -> Path:
+    """A folder that passes the model-folder test (`llm.load.is_model_dir`: a config and a weights file) for
+    code that never loads it; a load would refuse these placeholder files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_text("{}")
+    return folder

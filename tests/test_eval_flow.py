@@ -19,7 +19,7 @@ from biocheck.evaluate.shards import Shard, one_plan, plan, split
 from biocheck.evaluate.systems import Lazy
 from biocheck.io import InputError
 from biocheck.llm.base import LLMError
-from tests.builders import write_test_splits
+from tests.builders import model_files, write_test_splits
 from tests.fake_openai import FakeOpenAI, assistant
 
 CLAIMS = {"scifact": [(str(i), f"Vitamin D variant {i} lowers fracture risk.", ["SUPPORTED", "REFUTED", "NEI"][i % 3])
@@ -209,8 +209,7 @@ def local_models(project) -> dict:
     params["agent"]["llm"] = "transformers:models/base"
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     for folder in ("models/base", "models/selected", "models/selected_outcome_only", "runs/ckpt-7"):
-        (project / folder).mkdir(parents=True)
-        (project / folder / "config.json").write_text("{}")
+        model_files(project / folder)
     return wiring.params_of("params.yaml")
 
 

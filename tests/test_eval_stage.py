@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from biocheck import pipeline, wiring
 from biocheck.cli import app
 from biocheck.io import InputError
-from tests.builders import write_test_splits
+from tests.builders import model_files, write_test_splits
 
 runner = CliRunner()
 CLAIMS = {"scifact": [("1", "Vitamin D prevents fractures.", "SUPPORTED"), ("2", "Aspirin causes bleeding.", "REFUTED"),
@@ -178,14 +178,14 @@ def test_eqs_by_the_training_judge_is_said_and_a_missing_judge_names_its_stage(p
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo", "--no-progress"])
     assert r.exit_code == 1 and "reward.judge: no judge in models/judge; run `dvc repro judge` first" in r.output
-    (project / "models" / "judge").mkdir(parents=True)
+    model_files(project / "models" / "judge")
     r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo", "--no-progress"])
     assert r.exit_code == 1 and "evaluate.eqs_judge: no judge in models/judge_eqs" in r.output
     assert "dvc repro judge_eqs" in r.output and "Traceback" not in r.output
     built = []
     monkeypatch.setattr(pipeline, "make_judge", lambda cfg: built.append(cfg.spec) or object())
     p = wiring.params_of(project / "params.yaml")
-    (project / "models" / "judge_eqs").mkdir()
+    model_files(project / "models" / "judge_eqs")
     _, about = pipeline.eval_scorer(p, pipeline.evaluate_config(p, datasets=["scifact"]))
     assert built == ["transformers:models/judge", "transformers:models/judge_eqs"]
     assert about["scifact"]["eqs_judge"] == "transformers:models/judge_eqs"
@@ -271,3 +271,38 @@ def test_the_params_digest_depends_on_the_params_only_not_the_folder_or_the_time
     assert len(found) == 1
     params["evaluate"] = {**params["evaluate"], "bootstrap": 7}
     assert digest() not in found
+
+
+def test_bootstrap_0_is_accepted_and_gives_no_bootstrap_interval(project):
+    """evaluate.bootstrap: 0 means no resampling (EvaluateConfig): the params check takes it, the run gives no
+    bootstrap interval and no paired p or MDD; proportions keep their exact binomial interval, which resamples
+    nothing. A negative count is still refused, naming the key."""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["evaluate"]["bootstrap"] = -1
+    with pytest.raises(InputError, match=r"evaluate\.bootstrap must be >= 0"):
+        pipeline.evaluate_config(params)
+    params["evaluate"]["bootstrap"] = 0
+    assert pipeline.evaluate_config(params).bootstrap == 0
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    r = runner.invoke(app, ["evaluate", "--systems", "eg_grpo,base", "--model", "scripted:script.json",
+                            "--datasets", "scifact", "--out", "adhoc", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    for system in ("eg_grpo", "base"):
+        ci = json.loads((project / "adhoc" / "eval.json").read_text())[system]["scifact"]["ci"]
+        assert {k for k, v in ci.items() if v["lo"] is not None} == {"accuracy", "parse_rate", "citing_rate",
+                                                                   "grounded_rate"}  # exact binomial only
+        assert ci["macro_f1"] == {"lo": None, "hi": None}
+    paired = json.loads((project / "adhoc" / "eval_paired.json").read_text())["scifact"]["base"]
+    assert paired["accuracy"]["diff"] == 0.0 and paired["macro_f1"]["p"] is None and paired["macro_f1"]["mdd"] is None
+
+
+def test_the_evaluation_looks_for_the_training_judge_in_the_judge_stages_default_folder(project, monkeypatch):
+    from biocheck.rewards.judge_train.train import JudgeTrainConfig
+
+    monkeypatch.setattr(JudgeTrainConfig, "out_dir", Path("models/judge_elsewhere"))
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["judge"].pop("out_dir")  # the default: JudgeTrainConfig's
+    params["reward"]["judge"] = "transformers:models/judge_elsewhere"
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    r = runner.invoke(app, ["evaluate", "--systems", "base", "--no-progress"])
+    assert r.exit_code == 1 and "reward.judge: no judge in models/judge_elsewhere; run `dvc repro judge`" in r.output

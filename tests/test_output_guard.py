@@ -136,6 +136,41 @@ def test_an_output_file_never_replaces_a_folder(tmp_path):
     assert (tmp_path / "report").is_dir()
 
 
+FOLDER = "is a folder; an output file cannot replace it (give a file name, e.g. {})"
+
+
+@pytest.mark.parametrize("args, option, example, code", [
+    (["score", "--traces", "runs", "--judge", "none", "--out", "taken"], "--out", "scores.json", 2),
+    (["profile", "use", "quickstart", "--params", "taken"], "--params", "params.yaml", 2),
+    (["data", "validate", "--report", "taken"], "--report", "out.json", 1),
+    (["check", "A claim.", "--llm", "scripted:s.json", "--trace", "taken"], "--trace", "out.json", 1),
+    (["reward", "audit", "--out", "taken"], "--out", "out.json", 1),
+    (["report", "pr", "--base", "main", "--out", "taken"], "--out", "out.json", 1),
+])
+def test_every_output_file_option_refuses_a_folder_in_the_same_words(workdir, args, option, example, code):
+    """One rule, one statement (io.output_file_problem, through outputs.claim_file): each command names its own
+    option, the sentence is the same, the folder stays."""
+    (workdir / "taken").mkdir()
+    (workdir / "taken" / "keep.txt").write_text("mine\n")
+    r = runner.invoke(app, args)
+    line = one_error_line(r)
+    assert r.exit_code == code
+    assert line == f"error: {option} taken: {FOLDER.format(Path('taken') / example)}."
+    assert (workdir / "taken" / "keep.txt").read_text() == "mine\n"
+    with pytest.raises(InputError) as e, atomic_path(workdir / "taken"):  # the same words when a write gets there
+        pass
+    assert str(e.value) == f"{workdir / 'taken'}: {FOLDER.format(workdir / 'taken' / 'out.json')}."
+
+
+def test_a_batch_into_a_file_is_refused_as_the_cli_refuses_it(tmp_path):
+    from biocheck.agent.run import run_batch
+
+    (tmp_path / "out").write_text("keep me\n")
+    with pytest.raises(InputError, match=r"^--out .*out: is a file, not a folder; give a folder"):
+        run_batch(None, [], tmp_path / "out")
+    assert (tmp_path / "out").read_text() == "keep me\n"
+
+
 def test_validate_report_given_a_folder(workdir):
     (workdir / "reports").mkdir()
     one_error_line(runner.invoke(app, ["data", "validate", "--report", "reports"]), "--report", "is a folder")

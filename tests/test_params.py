@@ -280,3 +280,29 @@ def test_judge_stage_reads_model_and_data_and_refuses_an_untrained_judge_as_rewa
         b.judge_config(params)
     params["reward"]["judge"] = "transformers:models/other"
     assert b.judge_config(params).train is False
+
+
+def test_the_judges_default_folder_is_stated_once(monkeypatch):
+    """judge.out_dir's default is JudgeTrainConfig's, read where a params.yaml leaves it out: the EQS judge may
+    not share it (judge.eqs.out_dir), and the evaluation looks for the training judge there."""
+    from biocheck.rewards.judge_train.train import JudgeTrainConfig
+
+    monkeypatch.setattr(JudgeTrainConfig, "out_dir", Path("models/judge_elsewhere"))
+    params = profile("quickstart")
+    params["judge"].pop("out_dir")
+    params["judge"]["eqs"] = {"out_dir": "models/judge_elsewhere"}
+    with pytest.raises(InputError, match=r"judge.eqs.out_dir is the training judge's folder"):
+        b.judge_config(params, eqs=True)
+    params["judge"]["eqs"] = {"out_dir": "models/judge"}  # the old literal: now another folder
+    assert b.judge_config(params, eqs=True).out_dir == Path("models/judge")
+
+
+def test_selection_reads_the_checkpoints_where_training_saves_them_by_default():
+    from biocheck.train.grpo import TrainConfig
+    from biocheck.train.select import SelectConfig
+
+    assert SelectConfig.checkpoints is TrainConfig.out_dir  # one statement of models/checkpoints
+    params = profile("quickstart")
+    params["train"].pop("out_dir", None)
+    params.get("select", {}).pop("checkpoints", None)
+    assert pl.select_config(params).checkpoints == pl.train_config(params).out_dir == Path("models/checkpoints")

@@ -29,6 +29,7 @@ from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import InputError
 from biocheck.orchestration import dvc
 from biocheck.rewards.funnel import Funnel
+from tests.builders import model_files
 from tests.conftest import REPO
 
 PROFILES = ("quickstart", "smol", "paper")
@@ -140,8 +141,7 @@ def test_the_start_unit_evaluates_the_start_on_every_claim_when_limit_is_null(tm
     from biocheck import pipeline
 
     monkeypatch.chdir(tmp_path)
-    Path("models/sft").mkdir(parents=True)
-    Path("models/sft/config.json").write_text("{}")
+    model_files(Path("models/sft"))
     seen = []
     monkeypatch.setattr(pipeline, "evaluate_stage", lambda p, progress, out, model: seen.append((p, out, model))
                         or {"metrics": {"eg_grpo": {"scifact": {"n": 300}}}})
@@ -440,9 +440,7 @@ def test_full_split_evaluates_the_whole_test_split_with_the_profiles_labels(tmp_
     full.joinpath("scifact.jsonl").write_text("".join(json.dumps(
         {"id": i, "dataset": "scifact", "split": s, "claim": f"claim {i} is long enough.", "label": lab}) + "\n"
         for i, s, lab in rows))
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    model = model_files(tmp_path / "m")
     params = copy.deepcopy(_profile("quickstart"))
     params["data"]["keep_labels"]["test"] = ["SUPPORTED", "REFUTED"]
     setup = evaluate_setup(params, out=tmp_path / "out", model=f"transformers:{model}", systems=["eg_grpo"],

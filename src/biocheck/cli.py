@@ -119,6 +119,18 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def _usage_file(dest: Path, option: str, example: str) -> None:
+    """An output file given on the command line, checked before any work (`outputs.claim_file`); what it
+    refuses is a usage error (exit 2)."""
+    from biocheck.io import InputError
+    from biocheck.outputs import claim_file
+
+    try:
+        claim_file(dest, option, example)
+    except InputError as e:
+        _fail(str(e), code=2)
+
+
 RERUN = "interrupted; rerun the command to finish."
 
 
@@ -736,8 +748,8 @@ def score(
 
     if (trace_file is None) == (traces is None):
         _fail("give either a TRACE file or --traces DIR (see `biocheck score --help`).", code=2)
-    if out is not None and out.is_dir():  # say so before scoring, not after
-        _fail(f"--out {out}: is a folder; give a file name, e.g. --out {out / 'scores.json'}.", code=2)
+    if out is not None:  # say so before scoring, not after
+        _usage_file(out, "--out", "scores.json")
     cfg, judge_cfg = _run(reward_config, _run(params_of, params), judge=judge, variant=variant)
     if gold is not None and gold not in Label.__members__:
         _fail(f"--gold must be one of {', '.join(Label.__members__)}, not {gold!r}.", code=2)
@@ -1198,17 +1210,13 @@ def profile_use(
     A params.yaml that matches no profile holds your own edits: it is replaced only with --force (copy it
     first, e.g. `cp params.yaml my-params.yaml`).
     """
-    from biocheck.io import atomic_path, output_file_problem
+    from biocheck.io import atomic_path
     from biocheck.pipeline import check_params
 
     profiles = _profiles()
     if name not in profiles:
         _fail(f"no profile {name!r}; available: {', '.join(profiles) or 'none (run from the repo root)'}.")
-    if problem := output_file_problem(params):  # a device, a name too long, an immutable file: before anything
-        _fail(f"--params {params}: {problem}.", code=2)
-    if params.is_dir():
-        _fail(f"--params {params}: is a folder; give the parameters file to write, e.g. --params {params / 'params.yaml'}.",
-              code=2)
+    _usage_file(params, "--params", "params.yaml")  # a folder, a device, a name too long, an immutable file
     text = profiles[name].read_text(encoding="utf-8")
     # refuse to install a file that does not parse, or whose values a stage would refuse (types, bounds, keys)
     _run(check_params, _run(load_params, profiles[name]))

@@ -58,17 +58,22 @@ def file_kind(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else "special file"
 
 
-def output_file_problem(dest: Path | str) -> str | None:
-    """Why an output file cannot be written at `dest` (None: it can), checked before any work: something there
-    that is not a regular file (a device, a FIFO, a socket, or a link to one: the rename would replace it), or
-    a nearest existing folder that cannot be written (read-only file system, no permission)."""
+def output_file_problem(dest: Path | str, example: str = "out.json") -> str | None:
+    """Why an output file cannot be written at `dest` (None: it can), checked before any work: a folder (an
+    output file never replaces one: the rename would delete it; `example` names a file in it for the fix),
+    something else that is not a regular file (a device, a FIFO, a socket, or a link to one), or a nearest
+    existing folder that cannot be written (read-only file system, no permission). The one statement of the
+    rule: `atomic_path` asks it when writing, `outputs.claim_file` before any work, naming the option."""
     dest = Path(dest)
     try:
-        kind = file_kind(os.stat(dest).st_mode)
+        mode = os.stat(dest).st_mode
     except OSError as e:  # nothing there (or a dangling link, which the rename replaces)
         if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # a name the system refuses (too long)
             return f"cannot be a file name here ({e.strerror or e}); give a shorter or other path"
-        kind = None
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        return f"is a folder; an output file cannot replace it (give a file name, e.g. {dest / example})"
+    kind = file_kind(mode) if mode is not None else None
     if kind:
         return f"is a {kind}, not a regular file; an output file must not replace it (give a file name)"
     if _immutable(dest):
@@ -135,10 +140,8 @@ def output_dir_problem(dest: Path | str) -> str | None:
 def atomic_path(dest: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `dest`; on success it replaces `dest`, on error it vanishes."""
     dest = Path(dest)
-    if problem := output_file_problem(dest):
+    if problem := output_file_problem(dest):  # a folder included: os.replace would fail after all the work
         raise InputError(f"{dest}: {problem}.")
-    if dest.is_dir():  # os.replace would fail at the very end, after all the work
-        raise InputError(f"{dest}: is a folder; an output file cannot replace it (give a file name).")
     try:  # the file keeps its mode; a new one gets what the umask allows (mkstemp's 0600 would be private)
         mode = stat.S_IMODE(os.stat(dest).st_mode)
     except OSError:

@@ -67,15 +67,13 @@ def output_dir(dest: Path | str, owner: str, option: str, legacy: tuple[str, ...
         (tmp / MARK_FILE).write_text(owner + "\n", encoding="utf-8")
 
 
-def claim_file(dest: Path | str, option: str) -> None:
-    """InputError, before any work, when `dest` cannot take an output file: a folder (replacing it would delete
-    the folder), a device, FIFO or socket, or a place that cannot be written (`io.output_file_problem`)."""
+def claim_file(dest: Path | str, option: str, example: str = "out.json") -> None:
+    """InputError, before any work, naming `option`, when `dest` cannot take an output file: a folder (replacing
+    it would delete the folder; `example`: a file name in it to suggest), a device, FIFO or socket, or a place
+    that cannot be written (`io.output_file_problem`)."""
     dest = Path(dest)
-    if problem := output_file_problem(dest):  # first: a name too long for is_dir() to look at
+    if problem := output_file_problem(dest, example):
         raise InputError(f"{option} {dest}: {problem}.")
-    if dest.is_dir():
-        raise InputError(f"{option} {dest}: is a folder; give a file name, e.g. {option.split()[0]} "
-                         f"{dest / 'out.json'}.")
 
 
 def claim_folder(dest: Path | str, option: str) -> None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from biocheck import aliases, tracking
 from biocheck.io import InputError, json_digest
+from biocheck.llm.load import is_model_dir
 from biocheck.llm.spec import split_spec
 from biocheck.outputs import claim_file, one_writer
 from biocheck.params import DEFAULT_PARAMS, plain, raw_section, section
@@ -266,7 +267,7 @@ def judge_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, eqs: bool 
     run = StageRun.of(params)
     cfg = judge_config(run.p, eqs=eqs, **overrides)
     stats = train_judge(cfg)
-    trained = cfg.train and (cfg.out_dir / "config.json").is_file()
+    trained = cfg.train and is_model_dir(cfg.out_dir)
     name = "judge train" if cfg.train else "judge zero-shot"
     with run.record("judge", run_name=f"{name} (EQS judge)" if eqs else name,
                     tags={"model_fingerprint": judge_fingerprint(cfg.out_dir) if trained else None}, judge=cfg):
@@ -281,7 +282,7 @@ def _fingerprint(model_dir: Path, stats: dict) -> str | None:
         return str(stats["fingerprint"])
     from biocheck.llm.load import model_fingerprint
 
-    return model_fingerprint(model_dir) if (model_dir / "config.json").is_file() else None
+    return model_fingerprint(model_dir) if is_model_dir(model_dir) else None
 
 
 def sft_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True, **overrides: Any) -> dict:
@@ -364,7 +365,7 @@ MAKE_MODEL = {"base": "dvc repro model", "eg_grpo": "dvc repro select@eg_grpo",
 def _check_model(system: str, spec: str) -> None:
     """A local model folder must exist before a long evaluation starts, with the command that makes it."""
     kind, ref = split_spec(spec)
-    if kind in ("transformers", "vllm") and system in MAKE_MODEL and not (Path(ref) / "config.json").is_file():
+    if kind in ("transformers", "vllm") and system in MAKE_MODEL and not is_model_dir(ref):
         raise InputError(f"{system}: no model in {ref}; run `{MAKE_MODEL[system]}` first.")
 
 
@@ -385,7 +386,7 @@ def eval_model(params: dict[str, Any], model: str) -> str:
     kind, ref = split_spec(model)
     if ref and kind in KINDS:
         return model
-    if (Path(model) / "config.json").is_file():
+    if is_model_dir(model):
         # A folder runs where the checkpoints run (in-process, or a server that loads by path); else in-process.
         checkpoint = eval_models(params)["eg_grpo"]
         return f"{split_spec(checkpoint)[0] if checkpoint != agent_config(params).llm else 'transformers'}:{model}"
@@ -514,12 +515,14 @@ def eval_scorer(params: dict[str, Any], cfg: Any):
     from biocheck.evaluate.config import dataset_about
     from biocheck.evaluate.harness import make_scorer
     from biocheck.evaluate.rationale import CorpusSentences
+    from biocheck.rewards.judge_train.train import JudgeTrainConfig
 
     reward_cfg, judge_cfg = reward_config(params)
     eqs_spec = cfg.eqs_judge or judge_cfg.spec
     same = eqs_spec == judge_cfg.spec
     judge_section = raw_section(params, "judge")
-    _check_judge(judge_cfg.spec, judge_section.get("out_dir") or "models/judge", "reward.judge", "judge")
+    _check_judge(judge_cfg.spec, judge_section.get("out_dir") or JudgeTrainConfig.out_dir, "reward.judge",
+                 "judge")
     if not same:
         _check_judge(eqs_spec, (judge_section.get("eqs") or {}).get("out_dir"), "evaluate.eqs_judge", "judge_eqs",
                      " (or set evaluate.eqs_judge: null to score EQS with the training judge, said in every output)")
@@ -534,10 +537,10 @@ def eval_scorer(params: dict[str, Any], cfg: Any):
     return scorer, {d: {**dataset_about(d, desc, kind), **judge_note} for d in cfg.datasets}
 
 
-def _check_judge(spec: str | None, stage_dir: str | None, key: str, stage: str, alternative: str = "") -> None:
+def _check_judge(spec: str | None, stage_dir: str | Path | None, key: str, stage: str, alternative: str = "") -> None:
     """A judge that a DVC stage trains into `stage_dir` must be there before a long evaluation starts."""
     kind, ref = split_spec(spec)
-    if kind == "transformers" and stage_dir and Path(ref) == Path(stage_dir) and not Path(ref).is_dir():
+    if kind == "transformers" and stage_dir and Path(ref) == Path(stage_dir) and not is_model_dir(ref):
         raise InputError(f"{key}: no judge in {ref}; run `dvc repro {stage}` first{alternative}.")
 
 
@@ -581,7 +584,7 @@ def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
     reward_cfg, judge_cfg = reward_config(p, judge=judge)
     sft_on = (train_cfg.sft or {}).get("enabled", True)
     start = sft_dir(p) if sft_on else Path(model_config(p).out_dir)
-    if not (start / "config.json").is_file():
+    if not is_model_dir(start):
         raise InputError(f"reward audit: no start model in {start}; run `{'dvc repro sft' if sft_on else 'dvc repro model'}` first.")
     kind = split_spec(agent_cfg.llm)[0]
     llm = f"{kind if kind in ('transformers', 'vllm') else 'transformers'}:{start}"

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from biocheck import tracking
 from biocheck.bounds import Count
 from biocheck.io import InputError, write_json_atomic
+from biocheck.llm.load import is_model_dir
 from biocheck.params import raw_section, section
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,7 @@ def train_unit(params: dict[str, Any], variant: str, seed: int, progress: bool =
     cfg = study_config(params)
     _check_unit(cfg, variant, seed)
     start = start_dir(params)
-    if not (start / "config.json").is_file():
+    if not is_model_dir(start):
         raise InputError(f"{start}: no start model for the study; run `dvc repro sft` (or `dvc repro model` when "
                          "train.sft.enabled is false) first")
     with _tagged(cfg, unit_name(variant, seed), variant, seed):
@@ -221,7 +222,7 @@ def evaluate_unit(params: dict[str, Any], variant: str | None = None, seed: int 
         name = unit_name(variant, seed)
         selection = selected_checkpoint(cfg.out_dir / name)
         model = Path(selection["checkpoint"])
-    if not (model / "config.json").is_file():
+    if not is_model_dir(model):
         raise InputError(f"{model}: no model to evaluate for study unit {name}")
     out = cfg.eval_dir / name
     # in the params, not as overrides: an override of None (study.limit null: every claim) is no override

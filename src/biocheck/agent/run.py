@@ -27,7 +27,8 @@ from biocheck.agent.graph import LLM_ERROR
 from biocheck.io import InputError, parse_jsonl, write_json_atomic
 from biocheck.labels import LABELS
 from biocheck.llm.base import LLMError
-from biocheck.outputs import one_writer
+from biocheck.llm.load import is_model_dir
+from biocheck.outputs import claim_folder, one_writer
 from biocheck.pubmed.types import SearchError
 from biocheck.secrets import redact_json
 
@@ -269,8 +270,7 @@ def run_batch(
     trace and is listed under "failed" in the summary; the other claims still run.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError(f"{out_dir}: is a file; --out wants a folder for the traces.")
+    claim_folder(out_dir, "--out")
     settings = run_settings(agent, search)
     out_dir.mkdir(parents=True, exist_ok=True)
     # two batches started together would each pass the one-run check, then mix their traces
@@ -359,16 +359,6 @@ def summarize(episodes: list[Episode]) -> dict[str, Any]:
 # --- which model ---------------------------------------------------------------------------------------------
 
 DEFAULT_LLM = AgentConfig.llm  # the untrained base model: what a fresh checkout's params.yaml names
-WEIGHTS = (".safetensors", ".bin")
-
-
-def holds_model(folder: Path) -> bool:
-    """A model folder: a config (full model or adapter) and weights."""
-    if not folder.is_dir():
-        return False
-    names = {p.name for p in folder.iterdir()}
-    has_config = bool({"config.json", "adapter_config.json"} & names)
-    return has_config and any(n.endswith(WEIGHTS) for n in names)
 
 
 def choose_llm(option: str | None, configured: str | None, selected_dir: Path,
@@ -388,7 +378,7 @@ def choose_llm(option: str | None, configured: str | None, selected_dir: Path,
     if found is not None:
         return found
     none = "; no champion from the model registry" if champion is not None else ""
-    if holds_model(selected_dir):
+    if is_model_dir(selected_dir):
         return f"transformers:{selected_dir.as_posix()}", f"the selected checkpoint (biocheck select{none})"
     return None, f"agent.llm (no selected checkpoint in {selected_dir.as_posix()} yet{none})"
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from biocheck.bounds import Count
+from biocheck.bounds import Count, NonNegative
 
 SYSTEMS = ("base", "eg_grpo", "outcome_only", "no_retrieval", "pmsearch", "cer", "fire")
 # name -> prepared split; scifact_val (the claims that select checkpoints) for learning checks, not the default
@@ -28,7 +28,7 @@ class EvaluateConfig:
     # a transformers: model generates the greedy turns of the claims in flight as one batch (up to `workers`); on a
     # CPU the same tokens, 1.14x a smol agent episode (prefill-bound; docs/benchmarks.md); false: one at a time
     batch_turns: bool = True
-    bootstrap: Count = 1000  # resamples for the 95% intervals and the paired bootstrap
+    bootstrap: NonNegative = 1000  # resamples for the bootstrap intervals and the paired bootstrap (0: none)
     seed: int = 0
     limit: Count | None = None  # first N claims per dataset (ad-hoc runs; null = all)
     # the claims of the whole split (data/prepared/full/<dataset>.jsonl, data.keep_labels applied, the release's order)
@@ -80,7 +80,7 @@ class EvaluateConfig:
         if self.workers < 1:
             raise ValueError(f"workers: {self.workers} must be >= 1")
         if self.bootstrap < 0:
-            raise ValueError(f"bootstrap: {self.bootstrap} must be >= 0 (0: no intervals)")
+            raise ValueError(f"bootstrap: {self.bootstrap} must be >= 0 (0: no bootstrap intervals)")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit: {self.limit} must be >= 1 (null: every claim)")
 

@@ -2,7 +2,9 @@
 reference resolved to a folder (`resolve.py`), checked (`check_model_dir`), the causal LM and its tokenizer on
 the right device, and the fingerprint that names those weights in traces, caches and MLflow.
 
-`check_model_dir` is the one check of a model folder before it is used or copied (loading, `biocheck select`,
+`model_dir_gap` / `is_model_dir` is the one test of "is a model folder" (a full model or a LoRA adapter, as the
+loader takes them), used wherever a stage asks whether a model is there yet. `check_model_dir` is the one
+check of a model folder before it is used or copied (loading, `biocheck select`,
 a training resume, `model init --base`): a weights file cut short or padded, a shard its index lists but the
 folder lacks, a JSON file that does not parse is one error naming the file, instead of a traceback from
 safetensors or a model that silently has no weights. It reads headers only (a safetensors header, a zip
@@ -72,21 +74,43 @@ def remedy(folder: Path) -> str:
     return "copy or download the model again (or re-run the stage that wrote it)"
 
 
+NO_WEIGHTS = f"no weights file ({', '.join(WEIGHT_FILES[:2])} or a sharded {WEIGHT_INDEXES[0]})"
+
+
+def model_dir_gap(path: Path) -> str | None:
+    """What keeps `path` from being a model folder the loader loads, or None: the folder itself, a config (a
+    full model's config.json, or a LoRA adapter's adapter_config.json), or the weights a load reads (a single
+    file, or a sharded model's index). The one test of "is a model folder"; whether those files are intact is
+    `check_model_dir`'s (it reads them), so a damaged folder is reported by what loads it, never passed over."""
+    path = Path(path)
+    if not path.is_dir():
+        return "no such model folder"
+    if not any((path / name).is_file() for name in CONFIGS):
+        return "not a model folder (no config.json)"
+    if not any((path / name).is_file() for name in (*WEIGHT_INDEXES, *WEIGHT_FILES)):
+        return NO_WEIGHTS
+    return None
+
+
+def is_model_dir(path: Path | str) -> bool:
+    """Whether `path` holds a model (or LoRA adapter) the loader loads: a config and its weights files."""
+    return model_dir_gap(Path(path)) is None
+
+
 def check_model_dir(path: Path, fix: str | None = None) -> None:
     """Raise ModelFilesError (one line: the file, what is wrong, `fix` or `remedy(path)`) unless `path` holds
-    a loadable model: a config, JSON files that parse, and weights whose sizes match their headers."""
+    a loadable model: a model folder (`model_dir_gap`), JSON files that parse, and weights whose sizes match
+    their headers."""
     path = Path(path)
     fix = fix or remedy(path)
-    if not path.is_dir():
-        raise ModelFilesError(f"{path}: no such model folder; {fix}.")
-    if not any((path / name).is_file() for name in CONFIGS):
-        raise ModelFilesError(f"{path}: not a model folder (no config.json); {fix}.")
-    for name in JSON_FILES:
+    gap = model_dir_gap(path)
+    if gap is not None and gap != NO_WEIGHTS:
+        raise ModelFilesError(f"{path}: {gap}; {fix}.")
+    for name in JSON_FILES:  # a config cut short is named before the weights' absence
         _check_json(path / name, fix)
     weights = weight_files(path, fix)
-    if not weights:
-        raise ModelFilesError(f"{path}: no weights file ({', '.join(WEIGHT_FILES[:2])} or a sharded "
-                              f"{WEIGHT_INDEXES[0]}); {fix}.")
+    if not weights:  # no weights file, or an index that lists none
+        raise ModelFilesError(f"{path}: {NO_WEIGHTS}; {fix}.")
     for file in weights:
         check_weights_file(file, fix)
 

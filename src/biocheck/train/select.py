@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from biocheck.aliases import CHALLENGER
 from biocheck.io import InputError, atomic_path, write_json_atomic
 from biocheck.outputs import one_writer, output_dir
-from biocheck.train.grpo import TRAINER_STATE, complete_checkpoints
+from biocheck.train.grpo import TRAINER_STATE, TrainConfig, complete_checkpoints
 from biocheck.train.registry import log_model, register, registry_lock  # noqa: F401 (log_model: select's model logging, for callers)
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "mo
 
 @dataclass
 class SelectConfig:
-    checkpoints: Path = Path("models/checkpoints")
+    checkpoints: Path = TrainConfig.out_dir  # where training saves them (train.out_dir, its default too)
     out_dir: Path = Path("models/selected")
     metrics_path: Path = Path("metrics/selection.json")
     curve_path: Path = Path("metrics/reward_curve.csv")

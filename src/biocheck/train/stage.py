@@ -15,6 +15,7 @@ from typing import Any
 from biocheck import tracking
 from biocheck.agent.prompts import Prompts
 from biocheck.io import write_json_atomic
+from biocheck.llm.load import is_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ def warm_start(c: TrainSetup, prompts: Prompts, tool, base_fingerprint: str, tra
     state = PartialState()
 
     def current() -> bool:  # a damaged sft_key.json is another warm start: trained again, no traceback
-        return (out / "config.json").is_file() and recorded_key(out / SFT_KEY) == key
+        return is_model_dir(out) and recorded_key(out / SFT_KEY) == key
 
     if state.is_main_process and not current():
         claim_dir(out, *SFT_OUTPUT)  # before hours of training: a wrong train.sft.out_dir is refused now

@@ -176,7 +176,7 @@ def judge_config(params: dict[str, Any], eqs: bool = False, **overrides: Any):
             check_types(JudgeTrainConfig, changes, prefix="judge.eqs.")
         except ValueError as e:
             raise InputError(f"{source(params)}, section 'judge': {e}") from None
-        if Path(changes["out_dir"]) == Path(values.get("out_dir") or "models/judge"):
+        if Path(changes["out_dir"]) == Path(values.get("out_dir") or JudgeTrainConfig.out_dir):
             raise InputError(f"{source(params)}: judge.eqs.out_dir is the training judge's folder; give the "
                              "EQS judge its own (e.g. models/judge_eqs).")
         values = {**values, "metrics_path": "metrics/judge_eqs.json", **changes, "eqs": None, "train": True}
