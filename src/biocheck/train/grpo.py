@@ -220,6 +220,29 @@ class PortableStateMixin:
             history[i] = {k: v for k, v in history[i].items() if not is_timing(k)}
 
 
+def sorted_card_tags(card: str) -> str:
+    """The model card with its front matter's `tags:` list sorted (other text unchanged)."""
+    lines = card.split("\n")
+    if "tags:" not in lines:
+        return card
+    start = end = lines.index("tags:") + 1
+    while end < len(lines) and lines[end].startswith("- "):
+        end += 1
+    lines[start:end] = sorted(lines[start:end])
+    return "\n".join(lines)
+
+
+class PortableCardMixin:
+    """TRL writes the model card's tags from a set, in an order that follows Python's hash seed, so two runs of the
+    same inputs wrote README.md in different bytes (the checkpoints folder is a DVC output): sorted here."""
+
+    def create_model_card(self, *args, **kwargs):  # type: ignore[override]
+        super().create_model_card(*args, **kwargs)  # type: ignore[misc]
+        card = Path(self.args.output_dir) / "README.md"  # type: ignore[attr-defined]
+        if card.is_file():
+            card.write_text(sorted_card_tags(card.read_text(encoding="utf-8")), encoding="utf-8")
+
+
 class GroupStatsMixin:
     """Adds the reward bank's statistics of each scored batch (reward_funcs.group_stats: per term, the share of
     groups in which it varies and its mean within-group std; the funnel's shares) to the step's metrics, so they
@@ -350,8 +373,8 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, train_ds, eval_ds, env_fact
 
     bank_ = bank
 
-    class BioCheckGRPOTrainer(PortableStateMixin, ConsoleMixin, NoEvalLossMixin, GroupStatsMixin, TimedMixin, UnknownToolsMixin,
-                              GenerationCopyMixin, PromptCacheMixin, CDFSamplingMixin, SharedPrefixMixin, GRPOTrainer):
+    class BioCheckGRPOTrainer(PortableStateMixin, PortableCardMixin, ConsoleMixin, NoEvalLossMixin, GroupStatsMixin,
+                              TimedMixin, UnknownToolsMixin, GenerationCopyMixin, PromptCacheMixin, CDFSamplingMixin, SharedPrefixMixin, GRPOTrainer):
         console = TrainProgress(bar=progress, every=progress_every(cfg))
         bank = bank_
         generation_dtype = cfg.generation_dtype
