@@ -131,8 +131,6 @@ def audit_groups(p: dict[str, Any]):
 
 
 def rescore(p: dict[str, Any], judge_model: Any, heads: dict, variants: dict[str, list[int]]) -> dict[str, Any]:
-    import numpy as np
-
     from biocheck.rewards.components import score_many
     from biocheck.rewards.judge import KEYS, clean_scores
     from biocheck.rewards.judge.align_judge import batch_features, prompt_rows
@@ -155,17 +153,25 @@ def rescore(p: dict[str, Any], judge_model: Any, heads: dict, variants: dict[str
         elif x is not None:
             for (c, a), row in zip(recorder.asked, probs(heads, x, layers).tolist(), strict=True):
                 table[(c, a.pmid, a.title, a.abstract)] = clean_scores(dict(zip(KEYS, row, strict=True)))
-        scored = score_many(views, reward, _Lookup(table))
-        evidence: dict[str, list[float]] = {cid: [] for cid in by_id}
-        for (cid, _), b in zip(flat, scored, strict=True):
-            evidence[cid].append(round(b.evidence, 6))
-        varies = {cid: bool(np.ptp(v) > 1e-9) if len(v) >= 2 else None for cid, v in evidence.items()}
-        out["variants"][name] = {
-            "varies": {lab: [sum(1 for c, f in varies.items() if f and by_id[c].label.value == lab),
+        out["variants"][name] = shares(flat, by_id, reward, table)
+    return out
+
+
+def shares(flat: list, by_id: dict, reward: Any, table: dict) -> dict[str, Any]:
+    """The audit's episodes scored by a judge of precomputed scores (`table`, keyed as _Lookup reads it): per label
+    [groups in which R_evidence varies, groups], and each group's flag and per-episode R_evidence."""
+    from biocheck.rewards.components import score_many
+
+    scored = score_many([v for _, v in flat], reward, _Lookup(table))
+    evidence: dict[str, list[float]] = {cid: [] for cid in by_id}
+    for (cid, _), b in zip(flat, scored, strict=True):
+        evidence[cid].append(round(b.evidence, 6))
+    varies = {cid: (max(v) - min(v) > 1e-9) if len(v) >= 2 else None for cid, v in evidence.items()}
+    return {"varies": {lab: [sum(1 for c, f in varies.items() if f and by_id[c].label.value == lab),
                              sum(1 for c, f in varies.items() if f is not None and by_id[c].label.value == lab)]
                        for lab in LABELS},
-            "per_group": {cid: {"varies": varies[cid], "evidence": evidence[cid]} for cid in by_id}}
-    return out
+            "per_group": {cid: {"label": by_id[cid].label.value, "varies": varies[cid], "evidence": evidence[cid]}
+                          for cid in by_id}}
 
 
 def run(project: Path, claims: list[int], seed: int | None, scratch: Path, backbone: Path | None = None,

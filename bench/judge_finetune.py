@@ -76,7 +76,7 @@ class Classifier:
                 idx = order[i:i + batch]
                 enc = self.tok([batch_texts[j] for j in idx], return_tensors="pt", padding=True,
                                add_special_tokens=False)
-                out += list(zip(idx, self.model(**enc).logits.softmax(-1)))
+                out += list(zip(idx, self.model(**enc).logits.softmax(-1), strict=True))
         return torch.stack([p for _, p in sorted(out, key=lambda t: t[0])])
 
 
@@ -189,19 +189,8 @@ def run(project: Path, claims: list[int], scratch: Path) -> dict[str, Any]:
         probs = clf.probs(texts(tok, recorder.asked, cfg.eval_max_abstract_chars)) if recorder.asked else []
         table = {(c, a.pmid, a.title, a.abstract): clean_scores(dict(zip(KEYS, row.tolist(), strict=True)))
                  for (c, a), row in zip(recorder.asked, probs, strict=True)}
-        scored = score_many(views, reward, je._Lookup(table))
-        evidence: dict[str, list[float]] = {cid: [] for cid in by_id}
-        for (cid, _), b in zip(flat, scored, strict=True):
-            evidence[cid].append(round(b.evidence, 6))
-        varies = {cid: (max(v) - min(v) > 1e-9) if len(v) >= 2 else None for cid, v in evidence.items()}
         key = f"{n} claims, seed {q['audit']['seed']}"
-        result["audits"][key] = {
-            "pairs": len(recorder.asked),
-            "varies": {lab: [sum(1 for c, f in varies.items() if f and by_id[c].label.value == lab),
-                             sum(1 for c, f in varies.items() if f is not None and by_id[c].label.value == lab)]
-                       for lab in LABELS},
-            "per_group": {cid: {"label": by_id[cid].label.value, "varies": varies[cid], "evidence": evidence[cid]}
-                          for cid in by_id}}
+        result["audits"][key] = {"pairs": len(recorder.asked), **je.shares(flat, by_id, reward, table)}
         print(key, result["audits"][key]["varies"], flush=True)
     result["passes"] = all(2 * v[0] >= v[1] for a in result["audits"].values() for v in a["varies"].values())
     return result

@@ -26,6 +26,29 @@ def _model(tiny_model):
     return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
 
 
+
+def _plain_and_cached(model, ids, mask, config):
+    """Generation from scratch, then through the prompt cache with every forward pass's input shape recorded: the
+    two must agree token for token and in every row's logits at every step. (plain output, recorded shapes)"""
+    from biocheck.train.prompt_cache import PromptCache
+
+    plain = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    calls = []
+    real_forward = model.forward
+
+    @functools.wraps(real_forward)
+    def forward(*args, **kwargs):
+        calls.append(tuple(kwargs.get("input_ids", args[0] if args else None).shape))
+        return real_forward(*args, **kwargs)
+
+    model.forward = forward
+    cached = PromptCache().generate(model.generate, model, 0, input_ids=ids, attention_mask=mask,
+                                    generation_config=config)
+    assert torch.equal(cached.sequences, plain.sequences)
+    for mine, theirs in zip(cached.scores, plain.scores, strict=True):
+        assert torch.allclose(mine, theirs, atol=1e-4)
+    return plain, calls
+
 def test_the_plan_finds_the_padding_and_the_common_prefix():
     from biocheck.train.prompt_cache import MIN_PREFIX, plan
 
@@ -117,7 +140,6 @@ def test_identical_rows_run_their_own_tokens_once(tiny_model):
     """A group's rows share their whole prompt before the first answer; in validation, claims come in pairs."""
     from transformers import GenerationConfig
 
-    from biocheck.train.prompt_cache import PromptCache
 
     model = _model(tiny_model)
     ids, mask = _batch(tails=(9, 9, 14))
@@ -125,21 +147,7 @@ def test_identical_rows_run_their_own_tokens_once(tiny_model):
     ids[1] = ids[0]  # rows 0 and 1 alike, rows 2 and 3 alike
     config = GenerationConfig(max_new_tokens=6, do_sample=False, pad_token_id=0, output_scores=True,
                               return_dict_in_generate=True)
-    plain = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-    calls = []
-    real_forward = model.forward
-
-    @functools.wraps(real_forward)
-    def forward(*args, **kwargs):
-        calls.append(tuple(kwargs.get("input_ids", args[0] if args else None).shape))
-        return real_forward(*args, **kwargs)
-
-    model.forward = forward
-    cached = PromptCache().generate(model.generate, model, 0, input_ids=ids, attention_mask=mask,
-                                    generation_config=config)
-    assert torch.equal(cached.sequences, plain.sequences)
-    for mine, theirs in zip(cached.scores, plain.scores, strict=True):
-        assert torch.allclose(mine, theirs, atol=1e-4)
+    _, calls = _plain_and_cached(model, ids, mask, config)
     assert calls[:4] == [(1, 30), (1, 8), (1, 13), (4, 1)]
 
 
@@ -149,29 +157,14 @@ def test_rows_whose_own_tokens_differ_at_equal_length_are_computed_apart(tiny_mo
     row runs its own, and the result is generation from scratch (a cache keyed by length would mix rows)."""
     from transformers import GenerationConfig
 
-    from biocheck.train.prompt_cache import PromptCache
 
     model = _model(tiny_model)
     ids, mask = _batch(tails=(9, 9, 9))
     assert int(mask.sum()) == 3 * 39 and len({tuple(row[30:].tolist()) for row in ids}) == 3  # no padding
     config = GenerationConfig(max_new_tokens=10, do_sample=False, pad_token_id=0, cache_implementation=cache,
                               output_scores=True, return_dict_in_generate=True)
-    plain = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    plain, calls = _plain_and_cached(model, ids, mask, config)
     assert len({tuple(row.tolist()) for row in plain.sequences[:, ids.size(1):]}) > 1  # the rows answer apart
-    calls = []
-    real_forward = model.forward
-
-    @functools.wraps(real_forward)
-    def forward(*args, **kwargs):
-        calls.append(tuple(kwargs.get("input_ids", args[0] if args else None).shape))
-        return real_forward(*args, **kwargs)
-
-    model.forward = forward
-    cached = PromptCache().generate(model.generate, model, 0, input_ids=ids, attention_mask=mask,
-                                    generation_config=config)
-    assert torch.equal(cached.sequences, plain.sequences)
-    for mine, theirs in zip(cached.scores, plain.scores, strict=True):  # every row's logits at every token
-        assert torch.allclose(mine, theirs, atol=1e-4)
     assert calls[:5] == [(1, 30), (1, 8), (1, 8), (1, 8), (3, 1)]  # three tails of 8 tokens, three passes
 
 
