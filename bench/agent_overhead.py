@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from biocheck.agent.episode import Agent, AgentConfig  # noqa: E402
+from biocheck.evidence.search import SearchConfig  # noqa: E402
 from biocheck.llm.scripted import ScriptedChat  # noqa: E402
-from biocheck.pubmed.search import SearchConfig  # noqa: E402
 from biocheck.wiring import make_search_tool  # noqa: E402
 
 QUERIES = ['("vitamin D" OR cholecalciferol) AND fractur*', "aspirin AND (bleeding OR hemorrhage)",

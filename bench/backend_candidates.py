@@ -42,9 +42,9 @@ from common import (
     recall_at_k,
 )
 
-from biocheck.pubmed.local import LocalIndex
-from biocheck.pubmed.local_analysis import STEM, query_analyzer, stem_analyzer
-from biocheck.pubmed.types import Article
+from biocheck.evidence.local import LocalIndex
+from biocheck.evidence.local_analysis import STEM, query_analyzer, stem_analyzer
+from biocheck.evidence.types import Article
 
 Search = Callable[[str], list[str]]
 

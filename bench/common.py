@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from biocheck.pubmed.corpus import articles_from_corpus
-from biocheck.pubmed.types import Article
+from biocheck.evidence.corpus import articles_from_corpus
+from biocheck.evidence.types import Article
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT / "data/prepared/corpus.jsonl"

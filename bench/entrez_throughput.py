@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]  # run as a plain script; tests/ h
 
 from tests.fake_eutils import FakeEutils
 
-from biocheck.pubmed.entrez import EntrezClient
+from biocheck.evidence.entrez import EntrezClient
 
 QUERIES = ["aspirin", "vitamin d", "statin cholesterol", "coffee mortality", "metformin cancer", "influenza"]
 BENCH_KEY = "bench-key-not-a-real-key"

@@ -74,7 +74,7 @@ def prefect_api():
 
 
 WARM = ("flows.evaluate", "openai", "biocheck.llm.openai_backend", "biocheck.evaluate.systems.agent_systems",
-        "biocheck.pubmed.search", "biocheck.data.prepare")  # what a shard imports on its first run
+        "biocheck.evidence.search", "biocheck.data.prepare")  # what a shard imports on its first run
 
 
 def _warm() -> None:

@@ -40,8 +40,8 @@ from biocheck.agent.episode import AgentConfig  # noqa: E402
 from biocheck.data.schema import ClaimRecord  # noqa: E402
 from biocheck.evaluate.harness import make_scorer, run_system  # noqa: E402
 from biocheck.evaluate.systems import make_system  # noqa: E402
+from biocheck.evidence.search import SearchConfig  # noqa: E402
 from biocheck.labels import Label  # noqa: E402
-from biocheck.pubmed.search import SearchConfig  # noqa: E402
 
 RESULTS = ROOT / "bench/results"
 QUERIES = ["vitamin D AND fracture*", "statin* AND memory", "aspirin AND bleeding", "exercise AND depress*",
@@ -74,7 +74,7 @@ def make_claims(n: int) -> list[ClaimRecord]:
 
 def build_index(corpus: Path | None, workdir: Path) -> SearchConfig:
     """The local index + store over `corpus` (prepared corpus.jsonl), or over the tests' tiny corpus."""
-    from biocheck.pubmed.build import EvidenceConfig, build_evidence
+    from biocheck.evidence.build import EvidenceConfig, build_evidence
 
     if corpus is None or not corpus.exists():
         from tests.builders import CORPUS

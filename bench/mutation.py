@@ -6,7 +6,7 @@ the tests that cover each changed function. A mutant no test notices "survives":
 suite does not pin. This script runs mutmut and turns its results into one table per module.
 
   make mutation                                     # run everything (about an hour on 2 cores), then report
-  .venv/bin/python bench/mutation.py run 'biocheck.pubmed.*'   # (re)run the mutants of some modules
+  .venv/bin/python bench/mutation.py run 'biocheck.evidence.*'   # (re)run the mutants of some modules
   .venv/bin/python bench/mutation.py report         # the table of the last run; --json FILE, --survivors FILE
 
 Score = killed / (mutants - judged equivalent - not yet checked). Timeouts count as killed (the mutant made a test
@@ -37,7 +37,7 @@ _STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests
 
 
 def module_of(mutant: str) -> str:
-    """'biocheck.pubmed.transport.xǁRetryPolicyǁdelay__mutmut_3' -> 'biocheck.pubmed.transport'."""
+    """'biocheck.evidence.transport.xǁRetryPolicyǁdelay__mutmut_3' -> 'biocheck.evidence.transport'."""
     head = mutant.split("__mutmut_")[0]
     parts = head.split(".")
     # the function part starts with "x_" (function) or "xǁ" (method); everything before is the module
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run mutmut (all modules, or the mutants matching the patterns), then report")
-    run.add_argument("patterns", nargs="*", help="mutant name patterns, e.g. 'biocheck.pubmed.*'")
+    run.add_argument("patterns", nargs="*", help="mutant name patterns, e.g. 'biocheck.evidence.*'")
     run.add_argument("--max-children", type=int, default=2)
     rep = sub.add_parser("report", help="the per-module table of the last run")
     for p in (run, rep):

@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from biocheck.agent.report.parse import parse_report  # noqa: E402
+from biocheck.agent.report.schema import EvidenceItem, Report, Summary  # noqa: E402
+from biocheck.agent.report.writer import format_report  # noqa: E402
 from biocheck.labels import Label  # noqa: E402
-from biocheck.report.parse import parse_report  # noqa: E402
-from biocheck.report.schema import EvidenceItem, Report, Summary  # noqa: E402
-from biocheck.report.writer import format_report  # noqa: E402
 
 WORDS = ["vitamin", "D", "supplementation", "reduced", "hip", "fractures", "in", "older", "adults", "(95%", "CI",
          "0.70-0.91)", "no", "effect", "on", "falls;", "the", "“high-dose”", "group", "had", "fewer", "events,",

@@ -27,7 +27,7 @@ from common import (
     recall_at_k,
 )
 
-from biocheck.pubmed.local import LocalIndex
+from biocheck.evidence.local import LocalIndex
 
 
 def main() -> None:

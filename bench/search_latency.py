@@ -35,8 +35,8 @@ from common import (
     synthetic_articles,
 )
 
-from biocheck.pubmed.local import LocalIndex
-from biocheck.pubmed.types import SearchError
+from biocheck.evidence.local import LocalIndex
+from biocheck.evidence.types import SearchError
 
 
 def time_queries(index: LocalIndex, queries: list[tuple[str, str, str]], repeats: int) -> dict[str, dict]:

@@ -9,7 +9,7 @@ effect, N(0, seed_sd) (tests/test_study_stats.null_studies, the same simulator t
 the start is one unit whose value is the variant's expected value over seeds. A cell reports the share of
 studies whose 95% interval excludes 0 (nominal: 5%) for:
 
-- `t`: the study's method now (biocheck.evaluate.study.difference: the t interval over per-seed differences);
+- `t`: the study's method now (biocheck.study.analysis.difference: the t interval over per-seed differences);
 - `bootstrap`: the two-level percentile bootstrap the study used before issue 48 (seeds and claims resampled
   with replacement, crossed; reproduced here from commit 9d6e066's evaluate/study.py, 1000 resamples).
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.test_study_stats import null_studies  # noqa: E402
 
-from biocheck.evaluate.study import Table, difference  # noqa: E402
+from biocheck.study.analysis import Table, difference  # noqa: E402
 
 SEEDS = (2, 3, 6)
 SPREADS = (0.3, 1.0, 2.0, 3.0)
@@ -51,7 +51,7 @@ def bootstrap_excludes(a: np.ndarray, b: np.ndarray, rng: np.random.Generator, r
 
 
 def cell(seeds: int, spread: float, against_start: bool, studies: int, seed: int) -> dict:
-    import biocheck.evaluate.study as study
+    import biocheck.study.analysis as study
 
     rng = np.random.default_rng(seed)
     a, b = null_studies(studies, seeds, 100, spread, rng, against_start=against_start)

@@ -124,7 +124,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("export", type=Path, help="a folder written by `biocheck study export --to`")
     args = ap.parse_args()
-    from biocheck.study import recompute
+    from biocheck.study.units import recompute
 
     out = recompute(args.export)
     report = out["report"]

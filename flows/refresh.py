@@ -36,11 +36,7 @@ from prefect.runtime import flow_run
 
 from biocheck import tracking
 from biocheck.evaluate.shards import split
-from biocheck.orchestration import dvc, entry
-from biocheck.orchestration.artifacts import publish_summary
-from biocheck.orchestration.dask import task_runner
-from biocheck.pipeline import orchestrate_config, refresh_stage
-from biocheck.pubmed.refresh import (
+from biocheck.evidence.refresh import (
     NothingToRefresh,
     QueryChange,
     RefreshConfig,
@@ -48,6 +44,10 @@ from biocheck.pubmed.refresh import (
     refresh_queries,
     summarize,
 )
+from biocheck.orchestration import dvc, entry
+from biocheck.orchestration.artifacts import publish_summary
+from biocheck.orchestration.dask import task_runner
+from biocheck.pipeline import orchestrate_config, refresh_stage
 from biocheck.wiring import params_of, refresh_config
 
 STAGE = "evidence"  # the DVC stage whose `persist` output is the evidence store (dvc.yaml)

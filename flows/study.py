@@ -38,7 +38,7 @@ from biocheck.io import InputError  # noqa: E402
 from biocheck.orchestration import dvc, entry  # noqa: E402
 from biocheck.orchestration.artifacts import publish_summary, stage_lines  # noqa: E402
 from biocheck.pipeline import orchestrate_config  # noqa: E402
-from biocheck.study import AUDIT_STAGE, STUDY_DVC, check_gate, evaluate_unit, stages, study_config, train_unit  # noqa: E402
+from biocheck.study.units import AUDIT_STAGE, STUDY_DVC, check_gate, evaluate_unit, stages, study_config, train_unit  # noqa: E402
 from biocheck.wiring import params_of  # noqa: E402
 from flows.tasks import TIMEOUT_S, main, run_stage  # noqa: E402
 

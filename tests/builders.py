@@ -162,8 +162,8 @@ def write_release(root: Path, scifact_train: int, scifact_dev: int, healthfc: in
 def build_tiny_model(folder: Path) -> Path:
     """The tests' small tiny-Qwen3 (vocab 600, hidden 64, 2 layers; the real chat template), built from
     the corpus above into folder/base in a few seconds (the `tiny_model` fixture and bench/eval_throughput.py)."""
-    from biocheck.models.tiny import TinyModelConfig
-    from biocheck.models.tiny import build_tiny_model as build
+    from biocheck.base_model.tiny import TinyModelConfig
+    from biocheck.base_model.tiny import build_tiny_model as build
 
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": str(c["doc_id"]), "title": c["title"], "abstract": c["abstract"]})

@@ -64,7 +64,7 @@ def evidence(tmp_path):
     """The tiny corpus (tests.builders.CORPUS) in prepared format, built into an index + store."""
     import json
 
-    from biocheck.pubmed.build import EvidenceConfig, build_evidence
+    from biocheck.evidence.build import EvidenceConfig, build_evidence
     from tests.builders import CORPUS
 
     corpus = tmp_path / "corpus.jsonl"

@@ -8,10 +8,10 @@ import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.prompts import Prompts
+from biocheck.evidence.search import SearchConfig, SearchTool, search_tool
 from biocheck.labels import Label
 from biocheck.llm import LLMError
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import SearchConfig, SearchTool, search_tool
 
 REPORT = """## Supporting evidence
 - PMID: 101

@@ -292,7 +292,7 @@ def test_model_init_refuses_a_base_folder_that_is_not_a_model(tmp_path, monkeypa
 
 
 def test_model_init_copies_a_real_model_folder(tiny_model, tmp_path, monkeypatch):
-    from biocheck.models.stage import ModelConfig, init_model
+    from biocheck.base_model.build import ModelConfig, init_model
 
     stats = init_model(ModelConfig(base=str(tiny_model), out_dir=tmp_path / "base", metrics_path=None))
     assert (tmp_path / "base" / "model.safetensors").read_bytes() == (tiny_model / "model.safetensors").read_bytes()
@@ -303,8 +303,8 @@ def test_model_init_copies_a_real_model_folder(tiny_model, tmp_path, monkeypatch
 
 
 def _index_with_deletes(path: Path):
-    from biocheck.pubmed.local import LocalIndex
-    from biocheck.pubmed.types import Article
+    from biocheck.evidence.local import LocalIndex
+    from biocheck.evidence.types import Article
 
     papers = [Article(pmid=str(1000 + i % 30), title=f"Aspirin trial {i}", abstract="aspirin " * (1 + i % 5),
                       source="t") for i in range(40)]  # repeated pmids: the segment gets a .del file
@@ -314,7 +314,7 @@ def _index_with_deletes(path: Path):
 
 @pytest.mark.parametrize("component", ["pos", "idx", "term", "store", "fast", "fieldnorm", "del"])
 def test_an_index_missing_any_file_is_refused_when_opened(tmp_path, component):
-    from biocheck.pubmed.local import IndexUnavailable, LocalIndex
+    from biocheck.evidence.local import IndexUnavailable, LocalIndex
 
     index = _index_with_deletes(tmp_path / "index")
     [victim] = [p for p in index.iterdir() if p.name.endswith(f".{component}") and len(p.name.split(".")[0]) == 32]
@@ -337,7 +337,7 @@ def test_check_with_a_deleted_pos_file_fails_instead_of_reporting_no_evidence(ev
 
 
 def test_a_search_backend_failure_mid_episode_fails_the_check(evidence_workdir, monkeypatch):
-    import biocheck.pubmed.local as local
+    import biocheck.evidence.local as local
 
     def broken(*_a, **_k):
         raise OSError("Input/output error reading segment")
@@ -352,9 +352,9 @@ def test_a_search_backend_failure_mid_episode_fails_the_check(evidence_workdir, 
 
 
 def test_a_backend_failure_leaves_the_tool_but_a_bad_query_is_text(evidence):
-    import biocheck.pubmed.local as local
-    from biocheck.pubmed.search import SearchConfig, search_tool
-    from biocheck.pubmed.types import BackendError
+    import biocheck.evidence.local as local
+    from biocheck.evidence.search import SearchConfig, search_tool
+    from biocheck.evidence.types import BackendError
 
     cfg, _ = evidence
     tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store))
@@ -392,7 +392,7 @@ def _xml(tmp_path: Path, name: str, text: str) -> Path:
 def test_a_pubmed_file_without_a_public_dtd_is_read_offline(tmp_path, head, monkeypatch):
     import urllib.request
 
-    from biocheck.pubmed.baseline import iter_baseline
+    from biocheck.evidence.baseline import iter_baseline
 
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: pytest.fail("a DTD download was attempted"))
     path = _xml(tmp_path, "local.xml", f"{head}<PubmedArticleSet>{ARTICLE}</PubmedArticleSet>\n")
@@ -401,8 +401,8 @@ def test_a_pubmed_file_without_a_public_dtd_is_read_offline(tmp_path, head, monk
 
 
 def test_an_external_entity_is_never_read(tmp_path):
-    from biocheck.pubmed.article_xml import XMLParseError
-    from biocheck.pubmed.baseline import iter_baseline
+    from biocheck.evidence.article_xml import XMLParseError
+    from biocheck.evidence.baseline import iter_baseline
 
     secret = _xml(tmp_path, "secret.txt", "TOP-SECRET-VALUE")
     path = _xml(tmp_path, "xxe.xml", f'<?xml version="1.0"?>\n<!DOCTYPE PubmedArticleSet [ <!ENTITY x SYSTEM '
@@ -415,8 +415,8 @@ def test_an_external_entity_is_never_read(tmp_path):
 
 
 def test_an_entity_expansion_bomb_is_refused(tmp_path):
-    from biocheck.pubmed.article_xml import XMLParseError
-    from biocheck.pubmed.baseline import iter_baseline
+    from biocheck.evidence.article_xml import XMLParseError
+    from biocheck.evidence.baseline import iter_baseline
 
     levels = ['<!ENTITY a "aaaaaaaaaa">'] + [f'<!ENTITY {c} "{("&" + p + ";") * 10}">'
                                              for p, c in zip("abcdefgh", "bcdefghi", strict=True)]
@@ -434,8 +434,8 @@ def test_an_entity_expansion_bomb_is_refused(tmp_path):
     ('<?xml version="1.0"?>\n<PubmedArticleSet></PubmedArticleSet>', "no PubmedArticle records"),
 ])
 def test_a_file_without_pubmed_records_is_an_error_naming_it(tmp_path, text, why):
-    from biocheck.pubmed.article_xml import XMLParseError
-    from biocheck.pubmed.baseline import iter_baseline
+    from biocheck.evidence.article_xml import XMLParseError
+    from biocheck.evidence.baseline import iter_baseline
 
     path = _xml(tmp_path, "other.xml", text)
     with pytest.raises(XMLParseError) as err:
@@ -444,7 +444,7 @@ def test_a_file_without_pubmed_records_is_an_error_naming_it(tmp_path, text, why
 
 
 def test_an_update_file_of_deletions_only_is_not_an_error(tmp_path):
-    from biocheck.pubmed.baseline import iter_baseline
+    from biocheck.evidence.baseline import iter_baseline
 
     path = _xml(tmp_path, "update.xml", '<?xml version="1.0"?>\n<PubmedArticleSet><DeleteCitation><PMID>5</PMID>'
                 "</DeleteCitation></PubmedArticleSet>")
@@ -461,7 +461,7 @@ def test_evidence_build_with_a_non_pubmed_baseline_is_one_line_and_changes_nothi
     line = one_error_line(r)
     assert str(bad) in line and "<catalog>" in line
     assert {p.name: p.stat().st_mtime_ns for p in index.iterdir()} == before  # the index is untouched
-    from biocheck.pubmed.store import PUBMED, EvidenceStore
+    from biocheck.evidence.store import PUBMED, EvidenceStore
 
     with EvidenceStore(evidence_workdir / "ev.sqlite") as store:
         assert list(store.iter_articles(PUBMED)) == []  # nor did the good file's articles go in first
@@ -471,7 +471,7 @@ def test_evidence_build_with_a_non_pubmed_baseline_is_one_line_and_changes_nothi
 
 
 def test_a_zero_byte_store_is_an_error_naming_it_and_is_kept(tmp_path):
-    from biocheck.pubmed.store import EvidenceStore, StoreError
+    from biocheck.evidence.store import EvidenceStore, StoreError
 
     path = tmp_path / "evidence.sqlite"
     path.write_bytes(b"")
@@ -492,8 +492,8 @@ def test_cli_over_a_zero_byte_store_is_one_error_line(evidence_workdir):
 
 
 def test_a_new_store_never_shows_as_zero_bytes_to_a_concurrent_opener(tmp_path):
-    from biocheck.pubmed.store import EvidenceStore
-    from biocheck.pubmed.types import Article, SearchResult
+    from biocheck.evidence.store import EvidenceStore
+    from biocheck.evidence.types import Article, SearchResult
 
     errors: list[BaseException] = []
     sizes: list[int] = []
@@ -533,7 +533,7 @@ def test_a_new_store_never_shows_as_zero_bytes_to_a_concurrent_opener(tmp_path):
 
 
 def test_an_efetch_reply_without_a_dtd_is_a_parse_error_not_a_traceback():
-    from biocheck.pubmed.article_xml import XMLParseError, parse_efetch
+    from biocheck.evidence.article_xml import XMLParseError, parse_efetch
 
     with pytest.raises(XMLParseError, match="<html> without a DTD"):  # retried by the transport, then one line
         parse_efetch(b'<?xml version="1.0"?>\n<html><body>proxy error</body></html>')

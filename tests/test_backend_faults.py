@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.run import episode_error, run_batch, trace_path
 from biocheck.cli import app
+from biocheck.evidence.search import SearchConfig, search_tool
 from biocheck.llm import LLMError, make_llm
 from biocheck.llm.base import GenerationConfig
 from biocheck.llm.openai_backend import OpenAIChat
-from biocheck.pubmed.search import SearchConfig, search_tool
 from tests.fake_openai import FakeOpenAI, assistant
 from tests.test_agent import REPORT
 from tests.test_check_cli import assert_one_clear_line

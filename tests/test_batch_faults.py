@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from biocheck.agent.episode import Agent, AgentConfig, Episode
 from biocheck.agent.run import read_claims, run_batch, trace_name, trace_path
 from biocheck.cli import app
+from biocheck.evidence.local import LocalIndex, index_fingerprint
+from biocheck.evidence.types import Article
 from biocheck.io import InputError
-from biocheck.pubmed.local import LocalIndex, index_fingerprint
-from biocheck.pubmed.types import Article
 from tests.test_agent import REPORT
 from tests.test_batch_resume import CLAIMS, SEARCH, RecordingChat
 from tests.test_batch_resume import _run as run_ids
@@ -209,7 +209,7 @@ def test_a_batch_rerun_after_the_index_changed_reuses_no_trace(tmp_path):
 def test_an_evaluation_reruns_its_episodes_in_a_new_folder_when_the_index_changed(tmp_path):
     from biocheck.evaluate.harness import run_system
     from biocheck.evaluate.systems import make_system
-    from biocheck.pubmed.search import SearchConfig
+    from biocheck.evidence.search import SearchConfig
     from tests.test_eval_harness import claims
 
     index, out = tmp_path / "index", tmp_path / "eval"

@@ -13,10 +13,10 @@ import pytest
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, format_results, unknown_tool
+from biocheck.evidence.search import ToolOutput
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import ToolOutput
-from biocheck.pubmed.types import Article
 from biocheck.train.env import SearchEnv, make_env
 from tests.test_agent import REPORT, search
 

@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from biocheck.agent.episode import Episode
+from biocheck.agent.report.render import render_html, render_json, render_markdown
+from biocheck.agent.report.schema import ParsedReport
 from biocheck.agent.run import trace_path
 from biocheck.cli import app
-from biocheck.report.render import render_html, render_json, render_markdown
-from biocheck.report.schema import ParsedReport
 from tests.test_agent import REPORT, search
 
 runner = CliRunner()

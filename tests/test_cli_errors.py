@@ -13,8 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from biocheck.agent.episode import Episode
+from biocheck.agent.report.schema import Report
 from biocheck.cli import app
-from biocheck.report.schema import Report
 from tests.conftest import REPO
 
 runner = CliRunner()

@@ -85,8 +85,8 @@ def test_fixed_value_options_list_their_choices(path, command):
 
 
 def test_the_choices_agree_with_their_modules():
+    from biocheck.evidence.search import BACKENDS
     from biocheck.labels import Label
-    from biocheck.pubmed.search import BACKENDS
     from biocheck.rewards.components import Variant
 
     assert get_args(Variant) == cli.VARIANTS

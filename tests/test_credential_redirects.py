@@ -11,9 +11,9 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
+from biocheck.evidence.types import Article
 from biocheck.llm.base import LLMError
 from biocheck.llm.openai_backend import OpenAIChat
-from biocheck.pubmed.types import Article
 from biocheck.rewards.judge.base import JudgeError
 from biocheck.rewards.judge.openai_judge import OpenAIJudge
 from tests.fake_openai import FakeOpenAI, assistant

@@ -46,10 +46,10 @@ def project(tmp_path_factory, tiny_model):
 
     from biocheck.agent.episode import Agent, AgentConfig
     from biocheck.agent.run import trace_path, write_trace
+    from biocheck.evidence.build import EvidenceConfig, build_evidence
+    from biocheck.evidence.search import SearchConfig, search_tool
+    from biocheck.evidence.types import Article
     from biocheck.llm.scripted import ScriptedChat
-    from biocheck.pubmed.build import EvidenceConfig, build_evidence
-    from biocheck.pubmed.search import SearchConfig, search_tool
-    from biocheck.pubmed.types import Article
     from biocheck.rewards.components import EpisodeView
     from tests.builders import CORPUS
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from biocheck.evaluate import compare, stage
+from biocheck.evaluate import compare, evaluation
 from biocheck.evaluate.audit import headline as audit_headline
 from biocheck.evaluate.config import SYSTEMS, EvaluateConfig
 from biocheck.evaluate.headline import MAX_HEADLINE_KEYS
@@ -128,7 +128,7 @@ def project(tmp_path_factory) -> Path:
     metrics = {s: {d: {**compare.system_metrics(predictions(s, d), 50, 0), "about": {"role": "held-out test"}}
                    for d in DATASETS} for s in SYSTEMS}
     write_json_atomic(root / cfg.metrics_path, metrics)
-    stage.write_headline(metrics, root / cfg.headline_dir)
+    evaluation.write_headline(metrics, root / cfg.headline_dir)
     compare.plot_data(metrics, root / cfg.plots_dir)
     for curve in ("metrics/reward_curve.csv", "metrics/reward_curve_outcome_only.csv"):
         write_select_curve(root, tmp, curve)
@@ -319,8 +319,8 @@ def test_headline_files_are_replaced_as_a_whole_and_a_foreign_folder_is_refused(
 
     row = {**compare.system_metrics(predictions("eg_grpo", "scifact"), 0, 0), "about": {}}
     dest = tmp_path / "metrics" / "eval"
-    stage.write_headline({"eg_grpo": {"scifact": row}, "cer": {"scifact": row}}, dest)
-    stage.write_headline({"eg_grpo": {"healthfc": row}}, dest)  # a narrower run: no stale row stays for DVC
+    evaluation.write_headline({"eg_grpo": {"scifact": row}, "cer": {"scifact": row}}, dest)
+    evaluation.write_headline({"eg_grpo": {"healthfc": row}}, dest)  # a narrower run: no stale row stays for DVC
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == ["healthfc/eg_grpo.json"]
     assert json.loads((dest / "healthfc" / "eg_grpo.json").read_text())["accuracy"] == row["accuracy"]
     other = tmp_path / "notes"
@@ -328,5 +328,5 @@ def test_headline_files_are_replaced_as_a_whole_and_a_foreign_folder_is_refused(
     (other / "x" / "todo.txt").write_text("mine")
     with pytest.raises(InputError, match=r"^evaluate.headline_dir .*notes: holds .*todo.txt, which biocheck "
                                          r"evaluate did not write"):
-        stage.write_headline({"eg_grpo": {"scifact": row}}, other)
+        evaluation.write_headline({"eg_grpo": {"scifact": row}}, other)
     assert (other / "x" / "todo.txt").read_text() == "mine" and not (other / "scifact").exists()

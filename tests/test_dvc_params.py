@@ -60,7 +60,8 @@ def all_stages() -> dict[str, dict[str, Any]]:
 
 def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
     """pipeline.stage_inputs, or for study/dvc.yaml's stages study.stage_inputs."""
-    from biocheck import pipeline, study
+    from biocheck import pipeline
+    from biocheck.study import units as study
 
     if stage.startswith(STUDY + ":"):
         return study.stage_inputs(params, stage.removeprefix(STUDY + ":"))

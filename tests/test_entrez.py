@@ -24,14 +24,14 @@ from itertools import pairwise
 
 import pytest
 
-from biocheck.pubmed import ratelimit
-from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError, iter_pubmed_records, parse_efetch
-from biocheck.pubmed.baseline import iter_baseline
-from biocheck.pubmed.entrez import EntrezClient
-from biocheck.pubmed.ratelimit import RateLimiter, requests_per_second, shared_limiter
-from biocheck.pubmed.store import EvidenceStore
-from biocheck.pubmed.transport import EutilsTransport, RetryPolicy, parse_retry_after, redact
-from biocheck.pubmed.types import SearchError
+from biocheck.evidence import ratelimit
+from biocheck.evidence.article_xml import MissingDTDError, XMLParseError, iter_pubmed_records, parse_efetch
+from biocheck.evidence.baseline import iter_baseline
+from biocheck.evidence.entrez import EntrezClient
+from biocheck.evidence.ratelimit import RateLimiter, requests_per_second, shared_limiter
+from biocheck.evidence.store import EvidenceStore
+from biocheck.evidence.transport import EutilsTransport, RetryPolicy, parse_retry_after, redact
+from biocheck.evidence.types import SearchError
 from tests.fake_eutils import CORPUS, FakeArticle, FakeEutils, max_in_window, pubmed_xml
 
 KEY = "sekrit-KEY-0123456789abcdef"
@@ -525,7 +525,7 @@ def test_processes_share_the_limit_through_the_state_dir(tmp_path):
 def _cli_like_caller(query_set: list[str], store: str, ready, start, done) -> None:
     """Child process: the `biocheck search --backend entrez` path (config -> tool -> queries), with no
     BIOCHECK_RATELIMIT_DIR; sends back its grant stamps (taken under the limiter's lock)."""
-    from biocheck.pubmed.search import SearchConfig, search_tool
+    from biocheck.evidence.search import SearchConfig, search_tool
 
     tool = search_tool(SearchConfig(backend="entrez", store=store, max_results=2))
     stamps: list[float] = []

@@ -20,10 +20,10 @@ from biocheck.evaluate.systems.fire import FIRE, MALFORMED, FIREConfig, bag, cos
 from biocheck.evaluate.systems.no_retrieval import NoRetrieval
 from biocheck.evaluate.systems.rankers import BM25Ranker, EncoderRanker, make_ranker
 from biocheck.evaluate.systems.verdict import NO_LABEL, read_verdict
+from biocheck.evidence.search import SearchConfig, ToolOutput, article_dict
+from biocheck.evidence.types import Article
 from biocheck.labels import DISPLAY, Label
 from biocheck.llm.base import AssistantTurn, LLMError, ToolCall
-from biocheck.pubmed.search import SearchConfig, ToolOutput, article_dict
-from biocheck.pubmed.types import Article
 from biocheck.wiring import make_search_tool
 
 CLAIM = ClaimRecord(id="7", dataset="scifact", split="test", claim="Vitamin D supplementation reduces hip fractures.",

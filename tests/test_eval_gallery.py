@@ -19,11 +19,11 @@ import pytest
 
 from biocheck.agent.budget import QueryRecord
 from biocheck.agent.episode import Episode
+from biocheck.agent.report.schema import EvidenceItem, Report, Summary
 from biocheck.evaluate.gallery import Provenance, write_gallery
 from biocheck.evaluate.systems.base import Prediction
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
-from biocheck.report.schema import EvidenceItem, Report, Summary
 
 XSS = "<script>alert(1)</script>"
 S, R, N = Label.SUPPORTED, Label.REFUTED, Label.NEI

@@ -12,7 +12,7 @@ import pytest
 from biocheck.agent.episode import AgentConfig, Episode
 from biocheck.agent.prompts import Prompts
 from biocheck.data.schema import ClaimRecord
-from biocheck.evaluate import compare, stage
+from biocheck.evaluate import compare, evaluation
 from biocheck.evaluate.config import EvaluateConfig
 from biocheck.evaluate.harness import (
     episode_tokens,
@@ -25,11 +25,11 @@ from biocheck.evaluate.harness import (
 )
 from biocheck.evaluate.systems.agent_systems import AgentSystem
 from biocheck.evaluate.systems.base import Prediction
+from biocheck.evidence.search import SearchConfig, search_tool
 from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.llm.base import LLMError
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import SearchConfig, search_tool
 from tests.test_agent import REPORT, search
 
 GOLD = [Label.SUPPORTED, Label.REFUTED, Label.SUPPORTED, Label.NEI]  # REPORT concludes SUPPORTED: 2 of 4 right
@@ -332,7 +332,7 @@ def test_evaluate_runs_every_system_on_every_dataset_and_writes_every_output(sea
                         label_only=True)
     data = {"scifact": claims(4), "healthfc": claims(5, "healthfc", "Coffee prevents dementia, claim")}
     about = {"scifact": {"role": "held-out test"}, "healthfc": {"caveat": "no sources"}}
-    out = stage.evaluate(cfg, {"eg_grpo": a, "pmsearch": b}, data, make_scorer(HalfJudge()), progress=False,
+    out = evaluation.evaluate(cfg, {"eg_grpo": a, "pmsearch": b}, data, make_scorer(HalfJudge()), progress=False,
                          profile="quickstart", about=about)
     metrics = json.loads(cfg.metrics_path.read_text())
     assert metrics == out["metrics"] and set(metrics) == {"eg_grpo", "pmsearch"}
@@ -379,7 +379,7 @@ def test_a_failing_extra_never_loses_predictions_or_metrics(search_cfg, tmp_path
     monkeypatch.setattr(compare.EvalRuns, "_log_pair", broken)  # MLflow logging, while the runs are open
     cfg = eval_cfg(tmp_path, datasets=["scifact"])
     a, _ = agent_system(search_cfg)
-    out = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(2)}, None, progress=False)
+    out = evaluation.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(2)}, None, progress=False)
     assert out["skipped"] == {k: "RuntimeError: no browser here" for k in ("plots", "gallery", "mlflow")}
     assert out["gallery"] is None and json.loads(cfg.paired_path.read_text()) == {}
     assert json.loads(cfg.metrics_path.read_text())["eg_grpo"]["scifact"]["n"] == 2
@@ -392,7 +392,7 @@ def test_a_failing_extra_leaves_no_output_of_the_previous_run_beside_new_metrics
     after new metrics were written must not stay behind from the previous run, read as current."""
     cfg = eval_cfg(tmp_path, datasets=["scifact"])
     a, _ = agent_system(search_cfg)
-    first = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(2)}, None, progress=False)
+    first = evaluation.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(2)}, None, progress=False)
     assert first["skipped"] == {} and (cfg.report_dir / "index.html").is_file()
     assert all((cfg.plots_dir / name).is_file() for name in compare.PLOT_FILES)
     (cfg.plots_dir / "mine.txt").write_text("not the stage's")
@@ -405,7 +405,7 @@ def test_a_failing_extra_leaves_no_output_of_the_previous_run_beside_new_metrics
     monkeypatch.setattr(gallery, "write_gallery", broken)
     monkeypatch.setattr(compare, "plot_data", broken)
     a, _ = agent_system(search_cfg)
-    out = stage.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(3)}, None, progress=False)
+    out = evaluation.evaluate(cfg, {"eg_grpo": a}, {"scifact": claims(3)}, None, progress=False)
     assert set(out["skipped"]) == {"plots", "gallery"}
     assert json.loads(cfg.metrics_path.read_text())["eg_grpo"]["scifact"]["n"] == 3  # the new numbers
     assert not cfg.report_dir.exists()
@@ -433,7 +433,7 @@ def test_evaluate_closes_each_system_after_its_datasets(search_cfg, tmp_path, re
     a, _ = agent_system(search_cfg, name="eg_grpo")
     b, _ = agent_system(search_cfg, name="pmsearch", label_only=True)
     cfg = eval_cfg(tmp_path)
-    stage.evaluate(cfg, {"eg_grpo": Tracked(a, "eg_grpo"), "pmsearch": Tracked(b, "pmsearch")},
+    evaluation.evaluate(cfg, {"eg_grpo": Tracked(a, "eg_grpo"), "pmsearch": Tracked(b, "pmsearch")},
                    {"scifact": claims(1), "healthfc": claims(1, "healthfc")}, None, progress=False)
     assert order == [("run", "eg_grpo")] * 2 + [("close", "eg_grpo")] + [("run", "pmsearch")] * 2 + [
         ("close", "pmsearch")]
@@ -442,7 +442,7 @@ def test_evaluate_closes_each_system_after_its_datasets(search_cfg, tmp_path, re
 def test_evaluate_needs_claims_for_every_configured_dataset(search_cfg, tmp_path):
     a, llm = agent_system(search_cfg)
     with pytest.raises(InputError, match="no claims given for dataset\\(s\\) healthfc"):
-        stage.evaluate(eval_cfg(tmp_path), {"eg_grpo": a}, {"scifact": claims(1)}, None, progress=False)
+        evaluation.evaluate(eval_cfg(tmp_path), {"eg_grpo": a}, {"scifact": claims(1)}, None, progress=False)
     assert llm.calls == 0
 
 

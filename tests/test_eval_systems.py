@@ -10,14 +10,14 @@ import pytest
 
 from biocheck.agent.episode import AgentConfig
 from biocheck.agent.prompts import Prompts
+from biocheck.agent.report.schema import Report
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.config import SYSTEMS, EvaluateConfig
 from biocheck.evaluate.systems import AGENTS, WRITES_REPORT, Lazy, make_system
 from biocheck.evaluate.systems.agent_systems import NO_LABEL, AgentSystem
+from biocheck.evidence.search import SearchConfig, search_tool
 from biocheck.labels import Label
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import SearchConfig, search_tool
-from biocheck.report.schema import Report
 from tests.test_agent import REPORT, search
 
 CLAIM = ClaimRecord(id="c1", dataset="scifact", split="test", claim="Vitamin D prevents fractures.",

@@ -21,12 +21,12 @@ import pytest
 from typer.testing import CliRunner
 
 from biocheck.cli import app
+from biocheck.evidence.build import build_evidence
+from biocheck.evidence.local import LocalIndex
+from biocheck.evidence.search import SearchConfig, open_backend, search_tool
+from biocheck.evidence.store import EvidenceStore
+from biocheck.evidence.types import Article, SearchError, SearchResult
 from biocheck.io import InputError
-from biocheck.pubmed.build import build_evidence
-from biocheck.pubmed.local import LocalIndex
-from biocheck.pubmed.search import SearchConfig, open_backend, search_tool
-from biocheck.pubmed.store import EvidenceStore
-from biocheck.pubmed.types import Article, SearchError, SearchResult
 from tests.fake_eutils import FakeEutils
 
 runner = CliRunner()
@@ -229,7 +229,7 @@ def test_a_damaged_index_is_replaced_by_a_rebuild(index_dir):
 
 
 def test_evidence_stats_reports_missing_parts_and_refuses_damaged_ones(evidence):
-    from biocheck.pubmed.build import evidence_stats
+    from biocheck.evidence.build import evidence_stats
 
     cfg, _ = evidence
     stats = evidence_stats(cfg.index_dir, cfg.store)
@@ -244,7 +244,7 @@ def test_evidence_stats_reports_missing_parts_and_refuses_damaged_ones(evidence)
 
 
 def test_evidence_stats_refuses_a_damaged_index(evidence):
-    from biocheck.pubmed.build import evidence_stats
+    from biocheck.evidence.build import evidence_stats
 
     cfg, _ = evidence
     damage_index(cfg.index_dir, "garbled:.store")

@@ -17,8 +17,8 @@ import yaml
 from typer.testing import CliRunner
 
 from biocheck.cli import app
-from biocheck.pubmed.ratelimit import shared_limiter
-from biocheck.pubmed.refresh import (
+from biocheck.evidence.ratelimit import shared_limiter
+from biocheck.evidence.refresh import (
     NOT_TRIED,
     RefreshConfig,
     RefreshError,
@@ -26,8 +26,8 @@ from biocheck.pubmed.refresh import (
     refresh,
     refresh_queries,
 )
-from biocheck.pubmed.search import SearchConfig, search_tool
-from biocheck.pubmed.store import EvidenceStore
+from biocheck.evidence.search import SearchConfig, search_tool
+from biocheck.evidence.store import EvidenceStore
 from tests import test_cli_errors as cli_errors
 from tests.conftest import REPO
 from tests.fake_eutils import FakeArticle, FakeEutils, max_in_window
@@ -131,7 +131,7 @@ def test_refresh_records_added_and_removed_papers_and_replay_answers_anew(server
 
 
 def test_recorded_queries_are_the_pubmed_ones_oldest_first_and_limit_takes_the_first(server, tmp_path):
-    from biocheck.pubmed.types import Article, SearchResult
+    from biocheck.evidence.types import Article, SearchResult
 
     record(tmp_path / "ev.sqlite", QUERIES)
     with EvidenceStore(tmp_path / "ev.sqlite") as store:  # a row another backend recorded is not PubMed's

@@ -8,13 +8,13 @@ sentence its episode's tool output did not show (it would teach quoting from mem
 from __future__ import annotations
 
 from biocheck.agent.prompts import Prompts
+from biocheck.agent.report.parse import parse_report
+from biocheck.agent.report.quotes import find_quote
 from biocheck.agent.tools import cut_abstract, excerpt, format_results, query_words
 from biocheck.data.schema import ClaimRecord, CorpusDoc, GoldEvidence
+from biocheck.evidence.search import ToolOutput, article_dict
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.search import ToolOutput, article_dict
-from biocheck.pubmed.types import Article
-from biocheck.report.parse import parse_report
-from biocheck.report.quotes import find_quote
 from biocheck.text import split_sentences
 from biocheck.train.demos import demonstration
 from biocheck.train.env import make_env

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from biocheck.data.schema import GoldEvidence
+from biocheck.evidence.types import Article
 from biocheck.io import InputError
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
 from biocheck.rewards.funnel import STEPS, funnel, gold_papers, summarize
 
 S, R, NEI = Label.SUPPORTED, Label.REFUTED, Label.NEI

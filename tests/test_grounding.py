@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from biocheck.pubmed.types import Article
-from biocheck.report.quotes import find_quote, normalize_text, overlapping, quoted_sentences
-from biocheck.report.schema import EvidenceItem
+from biocheck.agent.report.quotes import find_quote, normalize_text, overlapping, quoted_sentences
+from biocheck.agent.report.schema import EvidenceItem
+from biocheck.evidence.types import Article
 from biocheck.rewards.grounding import is_grounded
 
 ABSTRACT = (
@@ -156,7 +156,7 @@ def test_other_combining_marks_still_count():
 
 
 def test_a_quote_from_parsed_mathml_is_grounded():
-    from biocheck.pubmed.article_xml import parse_efetch
+    from biocheck.evidence.article_xml import parse_efetch
     from tests.fake_eutils import CORPUS as PUBMED
     from tests.fake_eutils import pubmed_xml
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from biocheck.report.quotes import FUZZY_THRESHOLD, find_quote, fuzzy_match, tokens
+from biocheck.agent.report.quotes import FUZZY_THRESHOLD, find_quote, fuzzy_match, tokens
 
 VOCAB = ["alpha", "beta", "gamma", "delta"]  # few words: windows share and repeat tokens often
 

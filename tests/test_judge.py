@@ -11,7 +11,7 @@ import random
 import httpx
 import pytest
 
-from biocheck.pubmed.types import Article
+from biocheck.evidence.types import Article
 from biocheck.rewards.components import EpisodeView, RewardConfig, score
 from biocheck.rewards.judge import (
     ANSWER_WORDS,
@@ -41,7 +41,7 @@ PAIRS = [(CLAIM, a) for a in ARTICLES] + [("Aspirin prevents stroke.", ARTICLES[
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     from biocheck.agent.prompts import prompt_texts
-    from biocheck.models.tiny import build_tiny_model
+    from biocheck.base_model.tiny import build_tiny_model
 
     tmp = tmp_path_factory.mktemp("judge")
     corpus = write_corpus(tmp / "corpus.jsonl", n_docs=60)

@@ -11,8 +11,8 @@ import threading
 import httpx
 import pytest
 
+from biocheck.evidence.types import Article
 from biocheck.llm.openai_backend import OpenAIChat
-from biocheck.pubmed.types import Article
 from biocheck.rewards import judge as judge_mod
 from biocheck.rewards.judge import (
     KEYS,

@@ -237,8 +237,8 @@ def test_judge_train_cli_writes_the_judge_and_fails_in_one_line(prepared, tiny_m
 
 
 def test_prompt_rows_find_the_claim_and_paper_tokens_of_the_chat_prompt(tiny_model):
+    from biocheck.evidence.types import Article
     from biocheck.llm.load import load_causal_lm
-    from biocheck.pubmed.types import Article
     from biocheck.rewards.judge.align_judge import prompt_rows
 
     _, tok, _ = load_causal_lm(tiny_model, "cpu", None)

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from biocheck.pubmed.types import Article
+from biocheck.evidence.types import Article
 from biocheck.rewards.judge import JudgeError, TransformersJudge
 from biocheck.rewards.judge.base import ANSWER_WORDS, KEYS, render_prompt
 from biocheck.rewards.judge.transformers_judge import _has_per_row_logits_to_keep, answer_continuations

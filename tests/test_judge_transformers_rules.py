@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from biocheck.pubmed.types import Article
+from biocheck.evidence.types import Article
 from biocheck.rewards.judge import JudgeError, TransformersJudge
 
 CLAIM = "Vitamin D supplementation prevents hip fractures."

@@ -34,9 +34,9 @@ def _copy(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("module", "line", "named"), [
-    ("rewards/components.py", "from biocheck.agent import tools", "biocheck.rewards.components -> biocheck.agent.tools"),
+    ("agent/tools.py", "from biocheck.rewards import components", "biocheck.agent.tools -> biocheck.rewards.components"),
     ("train/env.py", "import biocheck.pipeline", "biocheck.train.env -> biocheck.pipeline"),
-    ("metrics.py", "from biocheck.evaluate import ratios", "biocheck.metrics -> biocheck.evaluate.ratios"),
+    ("measures.py", "from biocheck.evaluate import ratios", "biocheck.measures -> biocheck.evaluate.ratios"),
     ("evaluate/shards.py", "from biocheck.train import select", "biocheck.evaluate.shards -> biocheck.train.select"),
 ])
 def test_a_wrong_way_import_breaks_the_layers(tmp_path, module, line, named):

@@ -9,12 +9,12 @@ import json
 import pytest
 
 from biocheck.agent.prompts import Prompts
+from biocheck.agent.report.parse import parse_report
 from biocheck.data.schema import ClaimRecord, CorpusDoc, GoldEvidence
 from biocheck.data.split import stratified_subset
+from biocheck.evidence.search import ToolOutput, article_dict
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.search import ToolOutput, article_dict
-from biocheck.pubmed.types import Article
-from biocheck.report.parse import parse_report
 from biocheck.train.demos import choose, cites, content_words, demonstration, queries, reachable
 from biocheck.train.env import make_env
 from biocheck.train.sft import SFTConfig

@@ -11,11 +11,11 @@ import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.tools import tool_schema
+from biocheck.evidence.search import SearchConfig, search_tool
 from biocheck.labels import Label
 from biocheck.llm import LLMError, make_llm
 from biocheck.llm.base import GenerationConfig
 from biocheck.llm.openai_backend import OpenAIChat
-from biocheck.pubmed.search import SearchConfig, search_tool
 from tests.fake_openai import FakeOpenAI as SharedFakeOpenAI
 from tests.fake_openai import assistant
 from tests.test_agent import REPORT
@@ -88,7 +88,7 @@ CPU_MODULES = [
     "biocheck.llm.transformers_backend", "biocheck.llm.openai_backend", "biocheck.rewards.components",
     "biocheck.evaluate.score", "biocheck.rewards.judge", "biocheck.rewards.judge.transformers_judge",
     "biocheck.train.env", "biocheck.train.reward_funcs", "biocheck.train.dataset", "biocheck.train.demos",
-    "biocheck.train.grpo", "biocheck.train.sft", "biocheck.train.select", "biocheck.train.stage",
+    "biocheck.train.grpo", "biocheck.train.sft", "biocheck.train.select", "biocheck.train.training",
 ]
 
 # In a child process, with a fake `vllm` first on sys.path: import every CPU module, then build a

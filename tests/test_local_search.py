@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from biocheck.pubmed import local_compile
-from biocheck.pubmed.local import LocalIndex, articles_from_corpus
-from biocheck.pubmed.query import parse
-from biocheck.pubmed.types import Article, SearchError, SearchResult
+from biocheck.evidence import local_compile
+from biocheck.evidence.local import LocalIndex, articles_from_corpus
+from biocheck.evidence.query import parse
+from biocheck.evidence.types import Article, SearchError, SearchResult
 
 
 def art(pmid: str, title: str, abstract: str, mesh: list[str] | None = None) -> Article:
@@ -466,12 +466,12 @@ def test_several_writer_threads_index_the_same_articles_and_warn_of_other_bytes(
     def segments(path: Path) -> int:
         return len(json.loads((path / "meta.json").read_text())["segments"])
 
-    with caplog.at_level("WARNING", logger="biocheck.pubmed.local"):
+    with caplog.at_level("WARNING", logger="biocheck.evidence.local"):
         one = LocalIndex.build(papers, path=tmp_path / "one", threads=1)
         LocalIndex.build(papers, path=tmp_path / "again", threads=1)
     assert segments(tmp_path / "one") == 1 and files(tmp_path / "one") == files(tmp_path / "again")
     assert "segments" not in caplog.text
-    with caplog.at_level("WARNING", logger="biocheck.pubmed.local"):
+    with caplog.at_level("WARNING", logger="biocheck.evidence.local"):
         four = LocalIndex.build(papers, path=tmp_path / "four", threads=4)
     n = segments(tmp_path / "four")
     assert (f"the index has {n} segments (4 writer threads)" in caplog.text) is (n > 1)
@@ -481,7 +481,7 @@ def test_several_writer_threads_index_the_same_articles_and_warn_of_other_bytes(
 
 
 def test_renamed_segments_with_deletions_still_open_and_search(tmp_path: Path) -> None:
-    from biocheck.pubmed.local_files import name_segments
+    from biocheck.evidence.local_files import name_segments
 
     path = tmp_path / "idx"
     LocalIndex.build(CORPUS[:3], path=path).add([art("02", "Ibuprofen", "Naproxen replaced it.")])

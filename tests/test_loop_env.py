@@ -10,7 +10,7 @@ import pytest
 
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, TOOL_NAME, cut_abstract, format_results, tool_function, tool_schema
-from biocheck.pubmed.search import ToolOutput
+from biocheck.evidence.search import ToolOutput
 from biocheck.train.env import SearchEnv, env_factory
 from tests.test_loop_graph import A1, A2, TABLE, TableTool
 

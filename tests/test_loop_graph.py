@@ -22,10 +22,10 @@ from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, format_results, unknown_tool
+from biocheck.evidence.search import ToolOutput, article_dict
+from biocheck.evidence.types import Article
 from biocheck.llm.base import AssistantTurn, LLMError, ToolCall
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import ToolOutput, article_dict
-from biocheck.pubmed.types import Article
 from tests.test_agent import REPORT
 
 A1 = Article(pmid="1", title="Vitamin D and fractures", abstract="Vitamin D reduced fractures.", source="t")

@@ -12,11 +12,11 @@ import pytest
 from biocheck.agent.episode import Agent, AgentConfig, Episode, QueryRecord
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.run import read_claims, run_batch, summarize, trace_path, write_trace
+from biocheck.evidence.search import SearchConfig
 from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.llm import GenerationConfig
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import SearchConfig
 from biocheck.wiring import make_agent
 from tests.test_agent import REPORT
 from tests.test_loop_graph import A1, A1_EDITED, A2, TABLE, TableTool, calls
@@ -233,7 +233,7 @@ def test_run_batch_writes_each_trace_and_the_summary(tmp_path):
 
 def test_summarize_counts_and_means():
     def ep(conclusion: str | None, searches: int, total: float, problems=(), stop="final_answer"):
-        from biocheck.report.schema import Report
+        from biocheck.agent.report.schema import Report
 
         return Episode(claim="c", messages=[], report=Report(conclusion=conclusion), parse_problems=list(problems),
                        searches=searches, stop_reason=stop, timing={"total_s": total})

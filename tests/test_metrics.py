@@ -11,7 +11,7 @@ import pytest
 import scipy.stats
 
 from biocheck.labels import Label
-from biocheck.metrics import (
+from biocheck.measures import (
     BCA,
     DEGENERATE,
     LABEL_SETS,

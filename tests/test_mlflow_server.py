@@ -102,7 +102,7 @@ def _git(cwd: Path, *args: str) -> str:
 def _project(root: Path) -> str:
     """A tiny project under git (so the runs carry a real commit): the test corpus's index, the CLAIMS test
     splits, and a scripted model per system; returns the commit."""
-    from biocheck.pubmed.build import EvidenceConfig, build_evidence
+    from biocheck.evidence.build import EvidenceConfig, build_evidence
     from tests.builders import CORPUS
 
     corpus = root / "corpus.jsonl"

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from biocheck.base_model import gguf_wheel
+from biocheck.base_model.build import ModelConfig, init_model
+from biocheck.base_model.chat import example_search_tool, trl_chat_template
+from biocheck.base_model.gguf_wheel import KNOWN_WHEELS, MIRROR_ENV, WheelModel, WheelModelError
 from biocheck.io import TMP_PREFIX
-from biocheck.models import gguf_wheel
-from biocheck.models.chat import example_search_tool, trl_chat_template
-from biocheck.models.gguf_wheel import KNOWN_WHEELS, MIRROR_ENV, WheelModel, WheelModelError
-from biocheck.models.stage import ModelConfig, init_model
 from biocheck.outputs import MARK_FILE
 
 MODEL_ID = "test-org/Tiny-GGUF"

@@ -10,10 +10,10 @@ import logging
 
 import pytest
 
+from biocheck.evidence.types import SearchError
 from biocheck.io import InputError
 from biocheck.llm.base import LLMError
 from biocheck.orchestration import entry
-from biocheck.pubmed.types import SearchError
 
 SECRET = "sk-test-0123456789abcdef"
 

@@ -21,7 +21,7 @@ from biocheck import pipeline as pl
 from biocheck import wiring as b
 from biocheck.io import InputError
 from biocheck.params import load_params
-from biocheck.study import study_config
+from biocheck.study.units import study_config
 from tests.conftest import REPO
 
 PROFILES = ["quickstart", "smol", "paper"]
@@ -125,14 +125,14 @@ def test_every_key_of_each_profile_is_read(name):
 # Keys a section accepts but the profiles leave out: the same check, from each field's default.
 ACCEPTED = {
     "fetch": "biocheck.data.fetch:FetchConfig", "data": "biocheck.data.prepare:PrepareConfig",
-    "validate": "biocheck.data.validate:ValidateConfig", "evidence": "biocheck.pubmed.build:EvidenceConfig",
-    "search": "biocheck.pubmed.search:SearchConfig", "model": "biocheck.models.stage:ModelConfig",
+    "validate": "biocheck.data.validate:ValidateConfig", "evidence": "biocheck.evidence.build:EvidenceConfig",
+    "search": "biocheck.evidence.search:SearchConfig", "model": "biocheck.base_model.build:ModelConfig",
     "agent": "biocheck.agent.episode:AgentConfig", "reward": "biocheck.rewards.components:RewardConfig",
     "judge": "biocheck.rewards.judge_train.train:JudgeTrainConfig", "train": "biocheck.train.grpo:TrainConfig", "select": "biocheck.train.select:SelectConfig",
     "audit": "biocheck.evaluate.audit:AuditConfig",
     "evaluate": "biocheck.evaluate.config:EvaluateConfig",
     "orchestrate": "biocheck.orchestration.config:OrchestrateConfig",
-    "tracking": "biocheck.tracking:TrackingConfig", "study": "biocheck.study:StudyConfig",
+    "tracking": "biocheck.tracking:TrackingConfig", "study": "biocheck.study.units:StudyConfig",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from biocheck.report.parse_common import (
+from biocheck.agent.report.parse_common import (
     canon_pmid,
     closer_positions,
     closers,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from biocheck.report.parse import parse_report
-from biocheck.report.parse_evidence import parse_evidence
-from biocheck.report.schema import EvidenceItem
+from biocheck.agent.report.parse import parse_report
+from biocheck.agent.report.parse_evidence import parse_evidence
+from biocheck.agent.report.schema import EvidenceItem
 
 S = "evidence item {} under Supporting evidence"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+from biocheck.agent.report.parse import parse_report
+from biocheck.agent.report.parse_json import _MAX_JSON, _MAX_LITERAL
+from biocheck.agent.report.schema import EvidenceItem, Report, Summary
 from biocheck.labels import Label
-from biocheck.report.parse import parse_report
-from biocheck.report.parse_json import _MAX_JSON, _MAX_LITERAL
-from biocheck.report.schema import EvidenceItem, Report, Summary
 
 NO_SUPPORTING, NO_REFUTING, NO_SUMMARY = (
     "no Supporting evidence section",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from biocheck.agent.report.parse import parse_report
+from biocheck.agent.report.parse_common import pure_label, read_labels
+from biocheck.agent.report.parse_fields import read_conclusion, stray_conclusion
 from biocheck.labels import Label
-from biocheck.report.parse import parse_report
-from biocheck.report.parse_common import pure_label, read_labels
-from biocheck.report.parse_fields import read_conclusion, stray_conclusion
 from tests.test_report_parse import CANONICAL, SUMMARY
 
 # -- negations ---------------------------------------------------------------------------------------

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import biocheck.report.parse as parse_module
+import biocheck.agent.report.parse as parse_module
+from biocheck.agent.report.parse import MAX_PROBLEMS, parse_report
+from biocheck.agent.report.schema import EvidenceItem, Report, Summary
+from biocheck.agent.report.writer import format_report
 from biocheck.labels import Label
-from biocheck.report.parse import MAX_PROBLEMS, parse_report
-from biocheck.report.schema import EvidenceItem, Report, Summary
-from biocheck.report.writer import format_report
 from tests.test_report_parse import CANONICAL, EXPECTED, SUMMARY
 
 SUMMARY_TEXT = CANONICAL[CANONICAL.index("Support reasons") : CANONICAL.index("## Conclusion")]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from biocheck.pubmed.article_xml import article_from_record, iter_pubmed_records, parse_efetch, parse_esearch
-from biocheck.pubmed.entrez import EntrezClient
+from biocheck.evidence.article_xml import article_from_record, iter_pubmed_records, parse_efetch, parse_esearch
+from biocheck.evidence.entrez import EntrezClient
 from tests.fake_eutils import MATHML_VO2MAX, FakeArticle, FakeEutils, esearch_xml, pubmed_xml
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from biocheck.pubmed.query import MAX_DEPTH, MAX_TERMS, And, Not, Or, Term, parse, terms, to_string
-from biocheck.pubmed.types import SearchError
+from biocheck.evidence.query import MAX_DEPTH, MAX_TERMS, And, Not, Or, Term, parse, terms, to_string
+from biocheck.evidence.types import SearchError
 
 
 def t(text: str, field: str = "all", phrase: bool = False) -> Term:

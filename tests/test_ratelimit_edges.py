@@ -17,10 +17,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import httpx
 import pytest
 
-from biocheck.pubmed import ratelimit
-from biocheck.pubmed.ratelimit import RateLimiter, requests_per_second, shared_limiter
-from biocheck.pubmed.transport import EutilsTransport, RetryPolicy
-from biocheck.pubmed.types import SearchError
+from biocheck.evidence import ratelimit
+from biocheck.evidence.ratelimit import RateLimiter, requests_per_second, shared_limiter
+from biocheck.evidence.transport import EutilsTransport, RetryPolicy
+from biocheck.evidence.types import SearchError
 from tests.fake_eutils import max_in_window
 
 

@@ -30,7 +30,7 @@ from itertools import pairwise
 import httpx
 import pytest
 
-from biocheck.pubmed.ratelimit import requests_per_second
+from biocheck.evidence.ratelimit import requests_per_second
 from tests.fake_eutils import FakeEutils, max_in_window
 
 KEY = "sekrit-KEY-0123456789abcdef"
@@ -83,7 +83,7 @@ def _server(ready, stop, arrivals) -> None:
 def _searcher(url: str, api_key: str | None, state_dir: str, start, done) -> None:
     """Child process: THREADS searchers sharing one client, hence the process's shared limiter."""
     os.environ["BIOCHECK_RATELIMIT_DIR"] = state_dir
-    from biocheck.pubmed.entrez import EntrezClient
+    from biocheck.evidence.entrez import EntrezClient
 
     http = httpx.Client(transport=FrozenUntilTick(), timeout=30.0)
     with EntrezClient(base_url=url, api_key=api_key, timeout=30.0, http=http) as client:

@@ -17,8 +17,8 @@ from biocheck.evaluate.rationale import (
     rationale_counts,
     rationale_scores,
 )
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
 
 S, R = Label.SUPPORTED, Label.REFUTED
 DOC = ["Vitamin D was measured in 400 adults.",  # 0

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from biocheck.evidence.refresh import RefreshConfig, refresh
+from biocheck.evidence.search import SearchConfig
+from biocheck.evidence.store import EvidenceStore
 from biocheck.orchestration import dvc
-from biocheck.pubmed.refresh import RefreshConfig, refresh
-from biocheck.pubmed.search import SearchConfig
-from biocheck.pubmed.store import EvidenceStore
 from tests.conftest import REPO
 from tests.fake_eutils import FakeEutils
 from tests.test_evidence_refresh import QUERIES, N, _env, publish_and_retract, record  # noqa: F401 (_env: autouse)

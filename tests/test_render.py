@@ -8,12 +8,12 @@ import re
 
 import pytest
 
+from biocheck.agent.report.parse import parse_report
+from biocheck.agent.report.render import render_html, render_json, render_markdown
+from biocheck.agent.report.schema import EvidenceItem, ParsedReport, Report, Summary
+from biocheck.agent.report.writer import format_report
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
-from biocheck.report.parse import parse_report
-from biocheck.report.render import render_html, render_json, render_markdown
-from biocheck.report.schema import EvidenceItem, ParsedReport, Report, Summary
-from biocheck.report.writer import format_report
 
 XSS = "<script>alert(1)</script>"
 

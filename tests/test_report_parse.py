@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from biocheck.agent.report.parse import MAX_PROBLEMS, parse_report
+from biocheck.agent.report.schema import EvidenceItem, ParsedReport, Report, Summary
+from biocheck.agent.report.writer import format_report
 from biocheck.labels import Label
-from biocheck.report.parse import MAX_PROBLEMS, parse_report
-from biocheck.report.schema import EvidenceItem, ParsedReport, Report, Summary
-from biocheck.report.writer import format_report
 
 CANONICAL = """## Supporting evidence
 - PMID: 31234567

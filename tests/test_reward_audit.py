@@ -17,11 +17,11 @@ from biocheck.cli import app
 from biocheck.data.schema import ClaimRecord, GoldEvidence
 from biocheck.evaluate.audit import AuditConfig, AuditSetup, audit, pick_claims, warnings
 from biocheck.evaluate.systems.agent_systems import AgentSystem
+from biocheck.evidence.search import SearchConfig, search_tool
+from biocheck.evidence.types import Article
 from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import SearchConfig, search_tool
-from biocheck.pubmed.types import Article
 from biocheck.rewards.components import RewardConfig
 from tests.test_agent import search
 

@@ -9,11 +9,11 @@ import random
 import pytest
 
 from biocheck.agent.episode import Episode, QueryRecord
+from biocheck.agent.report.quotes import fuzzy_match
+from biocheck.agent.report.schema import EvidenceItem, Report
 from biocheck.evaluate.score import score_trace, score_traces
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
-from biocheck.report.quotes import fuzzy_match
-from biocheck.report.schema import EvidenceItem, Report
 from biocheck.rewards.components import (
     EpisodeView,
     RewardConfig,

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from biocheck.agent.episode import Episode, QueryRecord
+from biocheck.agent.report.schema import Report
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
-from biocheck.report.schema import Report
 from biocheck.rewards.components import EpisodeView, RewardConfig, r_evidence, score
 
 CLAIM = "Vitamin D supplementation prevents hip fractures in older adults."

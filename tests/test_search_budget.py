@@ -22,8 +22,8 @@ from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.agent.graph import tool_messages
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, TOOL_NAME, format_results
+from biocheck.evidence.search import ToolOutput
 from biocheck.llm.base import AssistantTurn, ToolCall
-from biocheck.pubmed.search import ToolOutput
 from biocheck.train.env import env_factory, make_env
 from tests.test_agent import REPORT
 from tests.test_loop_graph import A1, A2, A3, TABLE, TableTool

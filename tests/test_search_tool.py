@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from biocheck.cli import app
+from biocheck.evidence.build import EvidenceConfig, build_evidence
+from biocheck.evidence.search import SearchConfig, SearchTool, open_backend, search_tool
+from biocheck.evidence.store import EvidenceStore
+from biocheck.evidence.types import SearchError
 from biocheck.io import InputError
-from biocheck.pubmed.build import EvidenceConfig, build_evidence
-from biocheck.pubmed.search import SearchConfig, SearchTool, open_backend, search_tool
-from biocheck.pubmed.store import EvidenceStore
-from biocheck.pubmed.types import SearchError
 from tests.builders import CORPUS
 from tests.fake_eutils import CORPUS as PUBMED
 from tests.fake_eutils import FakeEutils, pubmed_xml
@@ -232,14 +232,14 @@ def test_evidence_config_refuses_values_that_cannot_work(change, says):
 # --- large n ------------------------------------------------------------------------------------
 
 def test_up_to_10000_papers_per_search_are_allowed():
-    from biocheck.pubmed import search as search_module
+    from biocheck.evidence import search as search_module
 
     assert search_module.MAX_N == 10_000 and SearchConfig(max_results=10_000).max_results == 10_000
 
 
 def test_local_and_replay_answer_large_n(tmp_path):
-    from biocheck.pubmed.local import LocalIndex
-    from biocheck.pubmed.types import Article
+    from biocheck.evidence.local import LocalIndex
+    from biocheck.evidence.types import Article
 
     papers = [Article(pmid=str(40_000_000 + i), title=f"Zinc trial {i}", abstract="Zinc " * (1 + i % 5),
                       source="entrez") for i in range(1_500)]

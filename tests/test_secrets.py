@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from biocheck.cli import app
+from biocheck.evidence.types import Article
 from biocheck.llm import LLMError
 from biocheck.llm.openai_backend import OpenAIChat
-from biocheck.pubmed.types import Article
 from biocheck.secrets import MASK, redact, secret_values
 from tests.fake_openai import FakeOpenAI
 

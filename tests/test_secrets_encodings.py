@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from biocheck import io
+from biocheck.agent.report.render import render_html
+from biocheck.agent.report.schema import Report, Summary
 from biocheck.cli import app
-from biocheck.report.render import render_html
-from biocheck.report.schema import Report, Summary
 from biocheck.secrets import MASK, PREFIX_CHARS, RedactingFilter, _prefix_chars, redact
 
 runner = CliRunner()

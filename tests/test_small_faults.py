@@ -369,7 +369,7 @@ def test_the_weighted_training_reward_equals_score_with_distinct_betas(evidence)
 # --- pinned: the judge cache keeps the first score stored for a key -----------------------------------------
 
 def test_the_judge_cache_keeps_the_first_score_for_a_key(tmp_path):
-    from biocheck.pubmed.types import Article
+    from biocheck.evidence.types import Article
     from biocheck.rewards.judge.cache import CachedJudge, JudgeCache, pair_key
 
     article = Article(pmid="7", title="T", abstract="A.")

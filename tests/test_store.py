@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from biocheck.pubmed import store as store_mod
-from biocheck.pubmed.cache import CachedSearch
-from biocheck.pubmed.entrez import EntrezClient
-from biocheck.pubmed.store import EvidenceStore, normalize_query
-from biocheck.pubmed.types import Article, SearchResult
+from biocheck.evidence import store as store_mod
+from biocheck.evidence.cache import CachedSearch
+from biocheck.evidence.entrez import EntrezClient
+from biocheck.evidence.store import EvidenceStore, normalize_query
+from biocheck.evidence.types import Article, SearchResult
 from tests.fake_eutils import FakeEutils
 
 WORKERS = 8

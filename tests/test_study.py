@@ -1,4 +1,4 @@
-"""`biocheck study` (biocheck.study, study/dvc.yaml, flows/study.py): its params, its units, its outputs.
+"""`biocheck study` (biocheck.study.units, study/dvc.yaml, flows/study.py): its params, its units, its outputs.
 
 The statistics are tests/test_study_stats.py's; here: a unit trains from the shared start with its own seed, the
 stages DVC expands are the ones the runner takes, the analysis writes every output from the units' predictions
@@ -23,12 +23,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from biocheck import study, tracking
+from biocheck import tracking
 from biocheck.cli import app
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import InputError
 from biocheck.orchestration import dvc
 from biocheck.rewards.funnel import Funnel
+from biocheck.study import units as study
 from tests.builders import model_files
 from tests.conftest import REPO
 
@@ -456,7 +457,7 @@ def _git_project(tmp_path: Path, raw_dir: Path, tiny_model: Path) -> tuple[Path,
     import shutil
 
     from biocheck.data.prepare import PrepareConfig, prepare
-    from biocheck.pubmed.build import EvidenceConfig, build_evidence
+    from biocheck.evidence.build import EvidenceConfig, build_evidence
     from tests.test_pipeline import _copy_repo
 
     work = tmp_path / "repo"

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from biocheck import study
 from biocheck.cli import app
 from biocheck.orchestration import dvc
 from biocheck.orchestration.dvc import StageRun
+from biocheck.study import units as study
 from tests.conftest import REPO
 
 

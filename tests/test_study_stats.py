@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from biocheck.evaluate.headline import p_text
-from biocheck.evaluate.study import (
+from biocheck.evaluate.systems.base import Prediction
+from biocheck.study.analysis import (
     Table,
     analyze,
     difference,
@@ -25,7 +26,6 @@ from biocheck.evaluate.study import (
     seeds_needed,
     sentence,
 )
-from biocheck.evaluate.systems.base import Prediction
 
 
 def _right(rows) -> Table:
@@ -194,7 +194,7 @@ def exclusion_rate(a: np.ndarray, b: np.ndarray) -> float:
     (3, 0.3, False), (3, 3.0, False), (6, 3.0, False), (3, 0.3, True), (3, 1.0, True), (6, 2.0, True)])
 def test_a_nominal_95_percent_interval_excludes_0_in_at_most_7_percent_of_null_studies(seeds, seed_sd, against_start,
                                                                                       monkeypatch):
-    import biocheck.evaluate.study as study
+    import biocheck.study.analysis as study
 
     monkeypatch.setattr(study, "mdd", lambda *a, **k: None)  # not part of the interval; the slow part
     rng = np.random.default_rng(seeds * 100 + int(seed_sd * 10) + against_start)

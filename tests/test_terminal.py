@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from biocheck import io
+from biocheck.agent.report.render import render_html, render_markdown
+from biocheck.agent.report.schema import Report, Summary
 from biocheck.cli import app
-from biocheck.report.render import render_html, render_markdown
-from biocheck.report.schema import Report, Summary
 from biocheck.terminal import inert
 from tests.test_agent import REPORT, search
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from biocheck.agent.prompts import prompt_texts
+from biocheck.base_model import tiny
+from biocheck.base_model.tiny import CONTROL_TOKENS, SPECIAL_TOKENS, TinyModelConfig, build_tiny_model
 from biocheck.io import InputError
 from biocheck.llm.resolve import ModelNotFoundError, resolve_model
-from biocheck.models import tiny
-from biocheck.models.tiny import CONTROL_TOKENS, SPECIAL_TOKENS, TinyModelConfig, build_tiny_model
 from biocheck.outputs import MARK_FILE
 
 _WORDS = ("vitamin", "supplementation", "fracture", "risk", "elderly", "patients", "randomized", "trial",
@@ -247,7 +247,7 @@ def test_same_seed_is_byte_identical_and_seed_changes_weights(tmp_path, built, c
 
 def test_byte_identical_across_processes(tmp_path, built, corpus):
     """A fresh interpreter (other hash seed, other thread count) builds the very same files."""
-    code = ("import sys; from pathlib import Path; from biocheck.models.tiny import TinyModelConfig, build_tiny_model; "
+    code = ("import sys; from pathlib import Path; from biocheck.base_model.tiny import TinyModelConfig, build_tiny_model; "
             "from biocheck.agent.prompts import prompt_texts; "
             "build_tiny_model(TinyModelConfig(out_dir=Path(sys.argv[1]), corpus=Path(sys.argv[2]), vocab_size=1024, "
             "max_docs=100, prompt_repeats=20, max_position_embeddings=4096), prompt_texts())")

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from biocheck.agent import tracing
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.cli import app
+from biocheck.evidence.search import SearchConfig, SearchTool, search_tool
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import SearchConfig, SearchTool, search_tool
 from biocheck.tracking import tracking_uri
 from tests.test_agent import REPORT, search
 

@@ -17,16 +17,16 @@ import pytest
 import yaml
 
 from biocheck.agent.prompts import Prompts
+from biocheck.evidence.search import SearchConfig, search_tool
 from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.pipeline import train_setup
-from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
 from biocheck.train.env import SearchEnv, env_class
 from biocheck.train.grpo import TrainConfig, latest_checkpoint, prepare_out_dir, previous_dir
 from biocheck.train.reward_funcs import COMPONENTS, RewardBank
 from biocheck.train.select import SelectConfig, checkpoint_table, choose, select
-from biocheck.train.stage import TRAINING_AGENT_FIELDS, run_key
+from biocheck.train.training import TRAINING_AGENT_FIELDS, run_key
 from tests.conftest import REPO
 from tests.test_agent import REPORT
 
@@ -659,8 +659,8 @@ class _Wiring:
         import transformers
 
         import biocheck.data.prepare as prep
+        import biocheck.evidence.search as search_mod
         import biocheck.llm.load as tb
-        import biocheck.pubmed.search as search_mod
         import biocheck.rewards.judge as judge_mod
         import biocheck.train.dataset as data_mod
         import biocheck.train.demos as demos_mod
@@ -951,7 +951,7 @@ def test_sft_disabled_records_it_and_trains_nothing(wiring):
 def project(tmp_path, raw_dir, tiny_model):
     """A project folder with prepared data, index and the tiny model, and params for a short run."""
     from biocheck.data.prepare import PrepareConfig, prepare
-    from biocheck.pubmed.build import EvidenceConfig, build_evidence
+    from biocheck.evidence.build import EvidenceConfig, build_evidence
 
     prepared = tmp_path / "prepared"
     prepare(PrepareConfig(raw_dir=raw_dir, out_dir=prepared, metrics_path=None, subset={"val": 4}))

@@ -10,8 +10,8 @@ import pytest
 
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, format_results
-from biocheck.pubmed.search import ToolOutput, article_dict
-from biocheck.pubmed.types import Article
+from biocheck.evidence.search import ToolOutput, article_dict
+from biocheck.evidence.types import Article
 from biocheck.train.env import SearchEnv, env_class, env_factory, make_env
 
 A1 = Article(pmid="1", title="Vitamin D and fractures", abstract="Vitamin D reduced fractures. " * 20,

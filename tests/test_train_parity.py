@@ -12,8 +12,8 @@ import pytest
 
 from biocheck.agent.episode import Agent, AgentConfig
 from biocheck.data.schema import ClaimRecord
+from biocheck.evidence.search import SearchConfig, search_tool
 from biocheck.llm.scripted import ScriptedChat
-from biocheck.pubmed.search import SearchConfig, search_tool
 from biocheck.train.dataset import to_rows
 from biocheck.train.env import SearchEnv, ToolTable, make_env
 from tests.test_agent import REPORT, search

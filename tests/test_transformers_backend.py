@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from biocheck.agent.prompts import prompt_texts
+from biocheck.base_model.tiny import build_tiny_model
 from biocheck.llm.base import AssistantTurn, ChatLLM, GenerationConfig, LLMError, ToolCall
 from biocheck.llm.load import model_fingerprint
 from biocheck.llm.transformers_backend import TransformersChat, parse_completion
-from biocheck.models.tiny import build_tiny_model
 from tests.test_tiny_model import small_config, write_corpus
 
 

@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError
-from biocheck.pubmed.ratelimit import RateLimiter
-from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy, credential_may_follow
-from biocheck.pubmed.types import BackendError, SearchError
+from biocheck.evidence.article_xml import MissingDTDError, XMLParseError
+from biocheck.evidence.ratelimit import RateLimiter
+from biocheck.evidence.transport import EutilsTransport, ReplyError, RetryPolicy, credential_may_follow
+from biocheck.evidence.types import BackendError, SearchError
 
 
 def test_a_policy_without_attempts_sends_nothing_and_says_so():
@@ -189,7 +189,7 @@ def test_a_gzip_bomb_is_inflated_no_further_than_the_cap(monkeypatch):
     import gzip
     import zlib
 
-    from biocheck.pubmed import transport as transport_module
+    from biocheck.evidence import transport as transport_module
 
     bomb = gzip.compress(b"\0" * (32 * 2**20), compresslevel=9)  # 32 MiB of zeros in ~32 KB
     inflated: list[int] = []

@@ -101,8 +101,8 @@ ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one 
 # They are Literal types (Click choices): a value not among them is a one-line usage error (_UsageError)
 # before any work.
 VARIANTS = ("eg_grpo", "outcome_only")  # biocheck.rewards.components.Variant
-BACKENDS = ("local", "entrez", "replay")  # biocheck.pubmed.search.BACKENDS
-SEARCH_MODES = ("boolean", "bm25")  # biocheck.pubmed.local: LocalIndex.search(mode=...)
+BACKENDS = ("local", "entrez", "replay")  # biocheck.evidence.search.BACKENDS
+SEARCH_MODES = ("boolean", "bm25")  # biocheck.evidence.local: LocalIndex.search(mode=...)
 FORMATS = ("md", "html", "json")  # _render
 GOLD_LABELS = ("SUPPORTED", "REFUTED", "NEI")  # biocheck.labels.Label's names
 
@@ -139,10 +139,10 @@ def _run(fn, *args, on_interrupt: str = RERUN, **kwargs):
 
     `on_interrupt`: what Ctrl-C leaves behind and how to go on, true for this stage (exit 130)."""
     from biocheck.data.fetch import FetchError
+    from biocheck.evidence.store import StoreError
+    from biocheck.evidence.types import SearchError
     from biocheck.io import InputError
     from biocheck.llm.base import LLMError
-    from biocheck.pubmed.store import StoreError
-    from biocheck.pubmed.types import SearchError
     from biocheck.rewards.judge.base import JudgeError
     from biocheck.rewards.judge.cache import JudgeCacheError
 
@@ -300,7 +300,7 @@ def evidence_build(
 @evidence_app.command("stats")
 def evidence_stats(params: ParamsOpt = Path("params.yaml")) -> None:
     """Print the local index and evidence store statistics as JSON."""
-    from biocheck.pubmed.build import evidence_stats as stats
+    from biocheck.evidence.build import evidence_stats as stats
     from biocheck.wiring import params_of, search_config
 
     cfg = _run(search_config, _run(params_of, params))
@@ -405,7 +405,7 @@ def search(
         queries = text.splitlines()
     else:
         queries = [query]
-    from biocheck.pubmed.transport import CommandDeadline, command_deadline
+    from biocheck.evidence.transport import CommandDeadline, command_deadline
 
     def one(i: int, q: str):
         if until is not None and time.monotonic() >= until:
@@ -660,9 +660,9 @@ def _say_search(n: int, budget: int, record) -> None:
 
 def _render(episode, fmt: str, meta: dict) -> str:
     """The report in `fmt`; each format names the model (meta["model"]) that wrote it."""
-    from biocheck.report.render import render_html, render_json, render_markdown
-    from biocheck.report.schema import ParsedReport
-    from biocheck.report.writer import format_report
+    from biocheck.agent.report.render import render_html, render_json, render_markdown
+    from biocheck.agent.report.schema import ParsedReport
+    from biocheck.agent.report.writer import format_report
 
     parsed = ParsedReport(report=episode.report, problems=episode.parse_problems)
     if fmt == "json":
@@ -991,7 +991,7 @@ def study_run(
     runs the same): a finished unit is skipped, so a killed study restarts where it stopped. Several machines:
     the Prefect deployment `study` (docs/orchestration.md).
     """
-    from biocheck.study import run_local
+    from biocheck.study.units import run_local
 
     def said(i: int, n: int, ran: dict) -> None:
         how = f"ran in {ran['seconds']:.0f} s" if ran["ran"] else "up to date, skipped"
@@ -1009,7 +1009,7 @@ def study_status() -> None:
 
     A stale unit ran, then its code, params or inputs changed: `biocheck study run` repeats it.
     """
-    from biocheck.study import unit_states
+    from biocheck.study.units import unit_states
 
     states = _run(unit_states, ".")
     for stage, state in states:
@@ -1029,7 +1029,7 @@ def study_train(
 
     Writes the checkpoints to study/checkpoints/<variant>-s<seed>; a rerun resumes from the last one.
     """
-    from biocheck.study import train_unit
+    from biocheck.study.units import train_unit
     from biocheck.wiring import params_of
 
     stats = _run(train_unit, _run(params_of, params), variant, seed, progress=progress and sys.stderr.isatty(),
@@ -1051,7 +1051,7 @@ def study_evaluate(
     on study.datasets (first study.limit claims) and writes study/eval/<unit> (episodes cached: a rerun
     computes only what is missing).
     """
-    from biocheck.study import evaluate_unit
+    from biocheck.study.units import evaluate_unit
     from biocheck.wiring import params_of
 
     if (variant is None) != (seed is None):
@@ -1074,7 +1074,7 @@ def study_analyze(params: ParamsOpt = Path("params.yaml")) -> None:
     of what the study can say. Writes metrics/study.json, reports/study.json, metrics/study_plots/forest.csv and
     reports/study/index.html, and logs one MLflow run under `study <name>`.
     """
-    from biocheck.study import analyze_units
+    from biocheck.study.units import analyze_units
     from biocheck.wiring import params_of
 
     out = _run(analyze_units, _run(params_of, params))
@@ -1097,7 +1097,7 @@ def study_export(
     within-group std, the evidence funnel) and the analysis. `biocheck study recompute DIR` gives the analysis
     back from them alone.
     """
-    from biocheck.study import export, study_config
+    from biocheck.study.units import export, study_config
     from biocheck.wiring import params_of
 
     p = _run(params_of, params)
@@ -1112,7 +1112,7 @@ def study_recompute(folder: Annotated[Path, typer.Argument(help="A folder `bioch
 
     Prints every difference's sentence; exit 1 when the recomputed numbers differ from the exported analysis.
     """
-    from biocheck.study import recompute
+    from biocheck.study.units import recompute
 
     out = _run(recompute, folder)
     for result in out["report"]["datasets"].values():

@@ -46,7 +46,7 @@ from biocheck.wiring import (
 )
 
 if TYPE_CHECKING:  # the training layer is imported when a stage runs, not when the CLI starts
-    from biocheck.train.stage import TrainSetup
+    from biocheck.train.training import TrainSetup
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def train_setup(params: dict[str, Any], variant: str | None = None, **overrides:
         reward_cfg = dataclasses.replace(reward_cfg, variant=variant)
         train_cfg.out_dir = variant_path(train_cfg.out_dir, suffix)
         train_cfg.metrics_path = variant_path(train_cfg.metrics_path, suffix) if train_cfg.metrics_path else None
-    from biocheck.train.stage import TrainSetup
+    from biocheck.train.training import TrainSetup
 
     return TrainSetup(train=train_cfg, agent=agent_config(p), search=search_config(p, backend=train_cfg.search_backend),
                       reward=reward_cfg, judge=judge_cfg, model=model_config(p), prepared=prepared_dir(p))
@@ -117,7 +117,7 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
     """What DVC stage `stage` (dvc.yaml's name; `train@outcome_only`) reads from params, as plain data: the
     configs its code builds. dvc.yaml lists exactly the keys that change this (tests/test_dvc_params.py
     checks it for every profile), so a key a stage never reads never reruns it."""
-    from biocheck.train.stage import training_inputs
+    from biocheck.train.training import training_inputs
 
     p = params_of(params)
     name, _, variant = stage.partition("@")
@@ -235,7 +235,7 @@ def validate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overr
 
 
 def evidence_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
-    from biocheck.pubmed.build import build_evidence
+    from biocheck.evidence.build import build_evidence
 
     run = StageRun.of(params)
     cfg = evidence_config(run.p, **overrides)
@@ -247,7 +247,7 @@ def evidence_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overr
 
 def model_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, **overrides: Any) -> dict:
     from biocheck.agent.prompts import prompt_texts
-    from biocheck.models.stage import init_model
+    from biocheck.base_model.build import init_model
 
     run = StageRun.of(params)
     cfg = model_config(run.p, **overrides)
@@ -287,7 +287,7 @@ def _fingerprint(model_dir: Path, stats: dict) -> str | None:
 
 def sft_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True, **overrides: Any) -> dict:
     """The SFT warm start both reward variants' training runs begin from (train.sft.out_dir)."""
-    from biocheck.train.stage import sft
+    from biocheck.train.training import sft
 
     p = params_of(params)
     setup, track = train_setup(p, **overrides), tracked(p)
@@ -297,7 +297,7 @@ def sft_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bo
 
 def train_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress: bool = True,
                 variant: str | None = None, **overrides: Any) -> dict:
-    from biocheck.train.stage import train
+    from biocheck.train.training import train
 
     p = params_of(params)
     setup, track = train_setup(p, variant=variant, **overrides), tracked(p)
@@ -322,7 +322,7 @@ def refresh_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progress
     """Re-run the PubMed queries recorded in the evidence store live; write reports/evidence_refresh.json and
     metrics/evidence_refresh.json; log to MLflow. `changes` (QueryChanges from shards refreshed elsewhere, e.g.
     the Prefect flow's Dask tasks) skips the re-run and only writes and logs them."""
-    from biocheck.pubmed.refresh import refresh, write_report
+    from biocheck.evidence.refresh import refresh, write_report
 
     run = StageRun.of(params)
     cfg = refresh_config(run.p, progress=progress, **overrides)
@@ -470,7 +470,7 @@ def evaluate_stage(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, progres
     is the model the eg_grpo system runs (None: models/selected, the newest selection); `fingerprints`: the
     systems' fingerprints as the shards of a sharded run reported them, so the full pass finds their episodes
     without building any."""
-    from biocheck.evaluate.stage import evaluate
+    from biocheck.evaluate.evaluation import evaluate
 
     p = params_of(params)
     registered = select_config(p).registered_model
@@ -575,8 +575,8 @@ def audit_setup(params: Path | str | dict[str, Any] = DEFAULT_PARAMS, judge: str
     from biocheck.evaluate.audit import AuditSetup, pick_claims
     from biocheck.evaluate.rationale import CorpusSentences
     from biocheck.evaluate.systems import make_system
-    from biocheck.pubmed.corpus import articles_from_corpus
-    from biocheck.train.stage import training_claims
+    from biocheck.evidence.corpus import articles_from_corpus
+    from biocheck.train.training import training_claims
 
     p = params_of(params)
     cfg = audit_config(p, **overrides)

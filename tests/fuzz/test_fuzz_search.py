@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from biocheck.cli import app
-from biocheck.pubmed.article_xml import parse_efetch
-from biocheck.pubmed.local import LocalIndex
+from biocheck.evidence.article_xml import parse_efetch
+from biocheck.evidence.local import LocalIndex
 from tests.conftest import REPO
 from tests.fake_eutils import CORPUS, pubmed_xml
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError, parse_efetch
-from biocheck.pubmed.baseline import iter_baseline
+from biocheck.evidence.article_xml import MissingDTDError, XMLParseError, parse_efetch
+from biocheck.evidence.baseline import iter_baseline
 from tests.fake_eutils import CORPUS, FakeArticle, pubmed_xml
 
 DOC = pubmed_xml(CORPUS[:3])

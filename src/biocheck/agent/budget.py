@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import MISSING_QUERY, TOOL_NAME, format_results, unknown_tool
-from biocheck.pubmed.types import Article
+from biocheck.evidence.types import Article
 
 
 class QueryRecord(BaseModel):

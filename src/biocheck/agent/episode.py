@@ -20,11 +20,11 @@ from biocheck.agent.budget import OnSearch, QueryRecord, SearchBudget, check_bud
 from biocheck.agent.graph import GraphConfig, build_graph, recursion_limit
 from biocheck.agent.limits import MAX_REFUSALS, MAX_SEARCHES
 from biocheck.agent.prompts import Prompts
+from biocheck.agent.report.parse import parse_report
+from biocheck.agent.report.schema import Report
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
 from biocheck.llm.base import REQUEST_TIMEOUT_S, ChatLLM
-from biocheck.pubmed.types import Article
-from biocheck.report.parse import parse_report
-from biocheck.report.schema import Report
 
 
 @dataclass

@@ -24,12 +24,12 @@ from tqdm.auto import tqdm
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode
 from biocheck.agent.graph import LLM_ERROR
+from biocheck.evidence.types import SearchError
 from biocheck.io import InputError, parse_jsonl, write_json_atomic
 from biocheck.labels import LABELS
 from biocheck.llm.base import LLMError
 from biocheck.llm.load import is_model_dir
 from biocheck.outputs import claim_folder, one_writer
-from biocheck.pubmed.types import SearchError
 from biocheck.secrets import redact_json
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def evidence_fingerprint(search: Any) -> str | None:
     get = search.get if isinstance(search, dict) else lambda k: getattr(search, k, None)
     if search is None or get("backend") != "local" or not get("index_dir"):
         return None
-    from biocheck.pubmed.local import index_fingerprint  # tantivy, only when a local index is named
+    from biocheck.evidence.local import index_fingerprint  # tantivy, only when a local index is named
 
     return index_fingerprint(get("index_dir"))
 

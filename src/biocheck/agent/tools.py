@@ -11,7 +11,7 @@ import re
 from functools import cache
 from typing import Any
 
-from biocheck.pubmed.search import ToolOutput
+from biocheck.evidence.search import ToolOutput
 from biocheck.text import split_sentences
 
 TOOL_NAME = "search_pubmed"

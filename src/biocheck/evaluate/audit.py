@@ -38,10 +38,10 @@ from biocheck.bounds import Count
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.harness import load_episode, run_system
 from biocheck.evaluate.rationale import SIDE_LABEL, gold_docs
+from biocheck.evidence.types import Article
 from biocheck.io import InputError, write_json_atomic
 from biocheck.labels import Label
 from biocheck.outputs import claim_file
-from biocheck.pubmed.types import Article
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
 from biocheck.rewards.funnel import funnel, gold_papers
 from biocheck.rewards.funnel import summarize as summarize_funnel

@@ -33,7 +33,7 @@ from biocheck.evaluate.systems import AGENTS
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import write_text_atomic
 from biocheck.labels import Label
-from biocheck.metrics import (  # _encode: the paired bootstrap encodes labels as the scores do
+from biocheck.measures import (  # _encode: the paired bootstrap encodes labels as the scores do
     LABEL_SETS,
     OTHER,
     _encode,

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import quote as url_quote
 
 from biocheck.agent.episode import Episode
+from biocheck.agent.report.render import render_html, searches_html
 from biocheck.evaluate.config import DATASETS, REFERENCE, SYSTEMS
 from biocheck.evaluate.gallery_static import env
 from biocheck.evaluate.gallery_svg import bar_chart, confusion_svg, interval, number
@@ -35,9 +36,8 @@ from biocheck.evaluate.rationale import sentence_f1
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import write_text_atomic
 from biocheck.labels import LABELS
-from biocheck.metrics import OTHER
+from biocheck.measures import OTHER
 from biocheck.outputs import output_dir
-from biocheck.report.render import render_html, searches_html
 from biocheck.tracking import git_state
 
 # How the paired differences read (the paired-test helper computes them; this is only their caption).

@@ -37,9 +37,9 @@ from biocheck.data.gold import EVIDENCE_DATASETS, REVALIDATE, check_usable, labe
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.rationale import Cited, CorpusSentences, RationaleCounts, rationale_counts
 from biocheck.evaluate.systems.base import Prediction, System
+from biocheck.evidence.types import SearchError
 from biocheck.io import InputError, atomic_path, dump_jsonl, remove_stale_tmp, write_json_atomic
 from biocheck.llm.base import LLMError
-from biocheck.pubmed.types import SearchError
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
 from biocheck.rewards.funnel import Funnel, funnel, gold_papers
 from biocheck.secrets import redact

@@ -36,11 +36,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from biocheck.agent.report.quotes import normalize_text, quoted_sentences
 from biocheck.data.gold import check_usable
 from biocheck.data.schema import GoldEvidence
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
-from biocheck.report.quotes import normalize_text, quoted_sentences
 
 MAX_ABSTRACT_SENTS = 3  # SciFact: only the first 3 selected sentences can rationalise an abstract
 SIDE_LABEL = {"supporting": Label.SUPPORTED, "refuting": Label.REFUTED}

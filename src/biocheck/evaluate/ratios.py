@@ -13,7 +13,7 @@ dataset, each claim giving one (numerator, denominator) pair:
 So one claim-level bootstrap serves them all (resample claims, sum, divide), the two systems of a paired
 test share the resampled claims, and no report that says nothing can look better than one that cites.
 Proportions of claims (den 1 per claim) get an exact binomial interval; the others scipy's BCa bootstrap
-(`biocheck.metrics.bootstrap`, which says when BCa is undefined and what it gave instead).
+(`biocheck.measures.bootstrap`, which says when BCa is undefined and what it gave instead).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from biocheck.evaluate.systems.base import Prediction
-from biocheck.metrics import Interval, bootstrap, proportion_ci
+from biocheck.measures import Interval, bootstrap, proportion_ci
 
 Pair = tuple[float, float]  # (numerator, denominator) of one claim
 RATIO_METRICS = ("accuracy", "parse_rate", "citing_rate", "grounded_rate", "ehr", "ehr_micro", "eqs",

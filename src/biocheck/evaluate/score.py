@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from biocheck.agent.episode import Episode
 from biocheck.io import InputError, write_text_atomic
 from biocheck.labels import Label
-from biocheck.metrics import aggregate
+from biocheck.measures import aggregate
 from biocheck.rewards.components import EpisodeView, RewardBreakdown, RewardConfig, score_many
 from biocheck.rewards.judge.base import Judge
 

@@ -39,7 +39,8 @@ def task_runner(cfg: OrchestrateConfig) -> Any:
 def local_cluster(**kwargs: Any) -> Any:
     """A `distributed.LocalCluster` whose workers report to the Prefect API this process uses.
 
-    Without PREFECT_API_URL Prefect runs a flow on a temporary server it starts in this process; a worker
+    Its workers preload `stall_watch`: a worker whose event loop stops for two minutes writes its threads'
+    stacks to stderr. Without PREFECT_API_URL Prefect runs a flow on a temporary server it starts in this process; a worker
     process not told its address would start one of its own (seconds each, and its task runs land in
     another database). The task runner calls this when the flow submits its first task, so that server is
     up by then.
@@ -49,4 +50,6 @@ def local_cluster(**kwargs: Any) -> Any:
 
     api = str(get_client(sync_client=True).api_url).rstrip("/")  # the run's client, or the one it would use
     env = {**kwargs.pop("env", {}), "PREFECT_API_URL": api}
-    return LocalCluster(**kwargs, env=env)
+    # a worker whose event loop stalls writes every thread's stack to stderr (Dask would only restart it)
+    preload = [*kwargs.pop("preload", []), "biocheck.orchestration.stall_watch"]
+    return LocalCluster(**kwargs, env=env, preload=preload)

@@ -45,9 +45,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 def expected_errors() -> tuple[type[BaseException], ...]:
     """Failures a user can fix, whose message says how (the CLI's list): never a traceback for these."""
     from biocheck.data.fetch import FetchError
+    from biocheck.evidence.types import SearchError  # StoreError too
     from biocheck.io import InputError
     from biocheck.llm.base import LLMError
-    from biocheck.pubmed.types import SearchError  # StoreError too
     from biocheck.rewards.judge.base import JudgeError
     from biocheck.rewards.judge.cache import JudgeCacheError
 

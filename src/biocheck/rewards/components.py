@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from biocheck.agent.report.parse import parse_report
+from biocheck.agent.report.quotes import find_quote, overlapping
+from biocheck.evidence import query as pubmed_query
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed import query as pubmed_query
-from biocheck.pubmed.types import Article
-from biocheck.report.parse import parse_report
-from biocheck.report.quotes import find_quote, overlapping
 from biocheck.rewards.grounding import EntryCheck, check_entry, ehr
 from biocheck.rewards.judge.base import Judge, Scores, clean_scores
 from biocheck.text import sentence_spans

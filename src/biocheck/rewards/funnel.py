@@ -30,11 +30,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from biocheck.agent.report.quotes import quoted_sentences
 from biocheck.data.gold import check_usable
 from biocheck.data.schema import GoldEvidence
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
-from biocheck.report.quotes import quoted_sentences
 
 STEP_NAMES = {"retrieved": "gold paper retrieved", "cited": "gold paper cited", "verbatim": "quote verbatim",
               "rationale": "quote on a gold rationale", "credited": "credited on its side", "right_label": "right label"}

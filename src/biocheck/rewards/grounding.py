@@ -1,7 +1,7 @@
 """Strict evidence grounding: does an evidence entry cite a retrieved paper, and is its quote in it?
 
 The quote rule itself (normal forms, `find_quote`, the diagnostic `fuzzy_match`) is
-`biocheck.report.quotes`, shared with the renderer. `check_entry` applies it to one evidence entry
+`biocheck.agent.report.quotes`, shared with the renderer. `check_entry` applies it to one evidence entry
 (PMID retrieved? quote found strictly / fuzzily?); only the strict rule decides `hallucinated`, and
 `ehr` turns a report's entry checks into its Evidence Hallucination Rate. docs/rewards.md lists the rules."""
 
@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from biocheck.pubmed.types import Article
-from biocheck.report.quotes import find_quote, fuzzy_match
-from biocheck.report.schema import EvidenceItem
+from biocheck.agent.report.quotes import find_quote, fuzzy_match
+from biocheck.agent.report.schema import EvidenceItem
+from biocheck.evidence.types import Article
 
 Side = Literal["supporting", "refuting"]
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from biocheck.agent.report.quotes import find_quote
+from biocheck.agent.report.schema import EvidenceItem, Report, Summary
+from biocheck.agent.report.writer import format_report
 from biocheck.data.schema import ClaimRecord, CorpusDoc
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
-from biocheck.report.quotes import find_quote
-from biocheck.report.schema import EvidenceItem, Report, Summary
-from biocheck.report.writer import format_report
 
 # Bump when the demonstrations change for the same inputs: it is part of the warm start's key (sft_key).
 # 1 quoted any rationale sentence of a retrieved abstract; 2 only sentences the tool output showed;
@@ -124,7 +124,7 @@ def _report(record: ClaimRecord, ledger: dict, corpus: dict[str, CorpusDoc], sho
 
 def cites(messages: list[dict[str, Any]]) -> bool:
     """Whether a demonstration's report quotes evidence (it found and was shown a gold rationale)."""
-    from biocheck.report.parse import parse_report
+    from biocheck.agent.report.parse import parse_report
 
     report = parse_report(messages[-1]["content"]).report
     return bool(report.supporting or report.refuting)

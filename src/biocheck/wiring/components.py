@@ -12,7 +12,7 @@ from biocheck.wiring.config import JudgeConfig, agent_config, params_of, search_
 
 
 def make_search_tool(search_cfg):
-    from biocheck.pubmed.search import search_tool
+    from biocheck.evidence.search import search_tool
 
     return search_tool(search_cfg)
 

@@ -90,7 +90,7 @@ def prepared_dir(params: dict[str, Any]) -> Path:
 
 
 def evidence_config(params: dict[str, Any], **overrides: Any):
-    from biocheck.pubmed.build import EvidenceConfig
+    from biocheck.evidence.build import EvidenceConfig
 
     values = with_default(params, "evidence", "corpus", str(prepared_dir(params) / "corpus.jsonl"))
     return section(params, "evidence", EvidenceConfig, values=values, **overrides)
@@ -98,7 +98,7 @@ def evidence_config(params: dict[str, Any], **overrides: Any):
 
 def search_config(params: dict[str, Any], **overrides: Any):
     """The search tool's config; the index and store paths are the evidence stage's (one key each)."""
-    from biocheck.pubmed.search import SearchConfig
+    from biocheck.evidence.search import SearchConfig
 
     values = raw_section(params, "search")
     for key in ("index_dir", "store"):
@@ -113,7 +113,7 @@ def agent_config(params: dict[str, Any], **overrides: Any):
 
 
 def model_config(params: dict[str, Any], **overrides: Any):
-    from biocheck.models.stage import ModelConfig
+    from biocheck.base_model.build import ModelConfig
 
     values = with_default(params, "model", "corpus", str(prepared_dir(params) / "corpus.jsonl"))
     return section(params, "model", ModelConfig, values=values, **overrides)
@@ -230,7 +230,7 @@ def refresh_config(params: dict[str, Any], **overrides: Any):
     """`biocheck evidence refresh`: no section of its own; PubMed is reached as `search:` says (timeout,
     attempts, papers per search) with evidence.store, whatever search.backend is. `overrides`: limit,
     progress, report_path, metrics_path."""
-    from biocheck.pubmed.refresh import BACKEND, RefreshConfig
+    from biocheck.evidence.refresh import BACKEND, RefreshConfig
 
     search = search_config(params, backend=BACKEND)
     try:

@@ -40,7 +40,7 @@ class ServeConfig:
 def build_agent(config: ServeConfig, policy: Path, evidence: Path | None):
     """The agent of a logged model: `agent:` with the policy as its model, `search:` reading `evidence`."""
     from biocheck.agent.episode import AgentConfig
-    from biocheck.pubmed.search import SearchConfig
+    from biocheck.evidence.search import SearchConfig
     from biocheck.wiring.components import make_agent
 
     agent_values = {k: v for k, v in config.agent.items() if k != "llm"}
@@ -71,9 +71,9 @@ def claims_of(model_input: Any) -> list[str]:
 
 def report_json(agent, claim: str) -> str:
     """One episode of `agent` on `claim`, as the JSON `biocheck check --format json` prints (plus the claim)."""
+    from biocheck.agent.report.render import render_json
+    from biocheck.agent.report.schema import ParsedReport
     from biocheck.agent.run import describe_model, episode_error
-    from biocheck.report.render import render_json
-    from biocheck.report.schema import ParsedReport
 
     episode = agent.run(claim)
     error = episode_error(episode)

@@ -14,11 +14,11 @@ from typing import Any
 
 from biocheck.agent.episode import Agent, AgentConfig, Episode
 from biocheck.agent.prompts import Prompts
+from biocheck.agent.report.schema import Report
 from biocheck.agent.run import NOT_IN_KEY
 from biocheck.data.schema import ClaimRecord
 from biocheck.io import json_digest
 from biocheck.llm.base import ChatLLM
-from biocheck.report.schema import Report
 
 NO_LABEL = "no label in the final answer"  # pmsearch's one parse problem
 

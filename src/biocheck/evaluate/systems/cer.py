@@ -23,8 +23,8 @@ from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.rankers import make_ranker
 from biocheck.evaluate.systems.trace import Trace, fingerprint
 from biocheck.evaluate.systems.verdict import read_verdict
+from biocheck.evidence.types import Article
 from biocheck.llm.base import ChatLLM
-from biocheck.pubmed.types import Article
 from biocheck.secrets import redact
 from biocheck.text import split_sentences
 

@@ -45,8 +45,8 @@ class BM25Ranker:
     spec = "bm25"
 
     def rank(self, claim: str, sentences: list[str], k: int) -> list[int]:
-        from biocheck.pubmed.local import LocalIndex
-        from biocheck.pubmed.types import Article
+        from biocheck.evidence.local import LocalIndex
+        from biocheck.evidence.types import Article
 
         if not sentences or k < 1:
             return []

@@ -16,12 +16,12 @@ from typing import Any
 from biocheck.agent.budget import QueryRecord
 from biocheck.agent.episode import Episode
 from biocheck.agent.graph import LLM_ERROR
+from biocheck.agent.report.schema import Report
 from biocheck.data.schema import ClaimRecord
+from biocheck.evidence.types import Article
 from biocheck.io import json_digest
 from biocheck.labels import Label
 from biocheck.llm.base import AssistantTurn, ChatLLM, LLMError
-from biocheck.pubmed.types import Article
-from biocheck.report.schema import Report
 from biocheck.secrets import redact
 
 

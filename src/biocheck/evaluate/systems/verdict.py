@@ -9,9 +9,9 @@ supported."), with a note: small models often answer in a sentence.
 
 from __future__ import annotations
 
+from biocheck.agent.report.parse import parse_report
+from biocheck.agent.report.parse_common import read_labels, snip
 from biocheck.labels import Label
-from biocheck.report.parse import parse_report
-from biocheck.report.parse_common import read_labels, snip
 
 NO_LABEL = "no label in the final answer"  # the same note the label-only agent (pmsearch) writes
 

@@ -13,8 +13,8 @@ from functools import cache
 from importlib import resources
 from typing import Protocol, runtime_checkable
 
+from biocheck.evidence.types import Article
 from biocheck.labels import DISPLAY, Label
-from biocheck.pubmed.types import Article
 
 PROMPT_FILE = "judge_prompt.md"
 DEFAULT_MAX_ABSTRACT_CHARS = 6000  # a long structured abstract fits; a pasted full text does not blow the context

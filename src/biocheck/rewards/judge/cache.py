@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from biocheck.pubmed.types import Article
+from biocheck.evidence.types import Article
 from biocheck.rewards.judge.base import KEYS, Judge, JudgeError, Pair, Scores, clean_scores
 from biocheck.sqlite_db import SQLiteDB
 

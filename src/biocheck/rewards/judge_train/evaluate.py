@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from biocheck.labels import LABELS
-from biocheck.metrics import classification_metrics
+from biocheck.measures import classification_metrics
 from biocheck.rewards.judge.base import KEYS, Judge, Scores
 from biocheck.rewards.judge_train.pairs import JudgePair
 

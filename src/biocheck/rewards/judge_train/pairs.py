@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Literal
 
 from biocheck.data.schema import ClaimRecord, CorpusDoc
+from biocheck.evidence.types import Article
 from biocheck.io import InputError, read_jsonl
 from biocheck.labels import LABELS, Label
-from biocheck.pubmed.types import Article
 
 Level = Literal["abstract", "sentence"]
 LEVELS: tuple[str, ...] = ("abstract", "sentence")
@@ -69,7 +69,7 @@ def bm25_neighbours(claims: Sequence[ClaimRecord], corpus: dict[str, CorpusDoc],
     """claim id -> the top-k corpus documents by BM25 (the local search engine's, as CER uses), best first."""
     if k < 1 or not claims:
         return {}
-    from biocheck.pubmed.local import LocalIndex
+    from biocheck.evidence.local import LocalIndex
 
     index = LocalIndex.build((Article(pmid=d.id, title=d.title, abstract=d.text) for d in corpus.values()),
                              heap_mb=32)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from typing import Protocol, runtime_checkable
 
-from biocheck.pubmed.store import EvidenceStore
-from biocheck.pubmed.types import SearchResult
+from biocheck.evidence.store import EvidenceStore
+from biocheck.evidence.types import SearchResult
 
 logger = logging.getLogger(__name__)
 

@@ -26,11 +26,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from biocheck.evidence.article_xml import EsearchReply, parse_efetch, parse_esearch
+from biocheck.evidence.ratelimit import RateLimiter, shared_limiter
+from biocheck.evidence.transport import EutilsTransport, ReplyError, RetryPolicy, redact, utc_now
+from biocheck.evidence.types import MAX_RESULTS, Article, SearchError, SearchResult
 from biocheck.io import InputError
-from biocheck.pubmed.article_xml import EsearchReply, parse_efetch, parse_esearch
-from biocheck.pubmed.ratelimit import RateLimiter, shared_limiter
-from biocheck.pubmed.transport import EutilsTransport, ReplyError, RetryPolicy, redact, utc_now
-from biocheck.pubmed.types import MAX_RESULTS, Article, SearchError, SearchResult
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from biocheck.evidence.types import Article
 from biocheck.io import InputError, write_json_atomic
-from biocheck.pubmed.types import Article
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ def baseline_files(patterns: list[str]) -> list[Path]:
 
 
 def _articles(cfg: EvidenceConfig, files: list[Path], store) -> Iterator[Article]:
-    from biocheck.pubmed.baseline import iter_baseline
-    from biocheck.pubmed.corpus import articles_from_corpus
+    from biocheck.evidence.baseline import iter_baseline
+    from biocheck.evidence.corpus import articles_from_corpus
 
     if cfg.corpus is not None:
         if not cfg.corpus.is_file():
@@ -96,10 +96,10 @@ def _articles(cfg: EvidenceConfig, files: list[Path], store) -> Iterator[Article
 
 def build_evidence(cfg: EvidenceConfig | None = None) -> dict:
     """Build the index, make sure the store exists; return (and write) their statistics."""
-    from biocheck.pubmed.article_xml import XMLParseError
-    from biocheck.pubmed.baseline import check_baseline
-    from biocheck.pubmed.local import LocalIndex
-    from biocheck.pubmed.store import EvidenceStore
+    from biocheck.evidence.article_xml import XMLParseError
+    from biocheck.evidence.baseline import check_baseline
+    from biocheck.evidence.local import LocalIndex
+    from biocheck.evidence.store import EvidenceStore
 
     cfg = cfg or EvidenceConfig()
     files = baseline_files(cfg.baseline)
@@ -137,8 +137,8 @@ def evidence_stats(index_dir: Path, store: Path) -> dict:
     A part that does not exist yet is reported as {"error": ...} in the output; a damaged one
     raises (IndexUnavailable, StoreError: both SearchErrors) with one line saying how to fix it.
     """
-    from biocheck.pubmed.local import IndexMissing, LocalIndex
-    from biocheck.pubmed.store import EvidenceStore, resolve_path
+    from biocheck.evidence.local import IndexMissing, LocalIndex
+    from biocheck.evidence.store import EvidenceStore, resolve_path
 
     out: dict = {}
     try:

@@ -251,8 +251,8 @@ def study_report(cfg: StudyConfig, profile: str | None, preds: dict[str, dict[st
                  selections: dict[str, Any]) -> dict[str, Any]:
     """The study's whole answer from each unit's predictions ({unit: {dataset: [Prediction]}}, the start first)
     and selections: per dataset every metric's values and differences, and each unit's evidence funnel."""
-    from biocheck.evaluate.study import analyze
     from biocheck.rewards.funnel import summarize as summarize_funnel
+    from biocheck.study.analysis import analyze
 
     found = eval_units(cfg)
     others = [v for v in cfg.variants if v != cfg.reference] + [START]
@@ -277,7 +277,7 @@ def study_report(cfg: StudyConfig, profile: str | None, preds: dict[str, dict[st
 def analyze_units(params: dict[str, Any]) -> dict[str, Any]:
     """`biocheck study analyze`: every metric's difference, reference variant minus each other variant and minus
     the start, per dataset, from the units' predictions; written to the metrics, report, plot and page."""
-    from biocheck.evaluate.study_page import forest_rows, write_forest_csv, write_page
+    from biocheck.study.page import forest_rows, write_forest_csv, write_page
 
     cfg = study_config(params)
     found = eval_units(cfg)
@@ -418,7 +418,7 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
     from biocheck.llm.spec import split_spec
     from biocheck.params import plain
     from biocheck.pipeline import eval_corpus, evaluate_config, train_setup
-    from biocheck.train.stage import training_inputs
+    from biocheck.train.training import training_inputs
     from biocheck.wiring import agent_config, params_of, prepare_config, prepared_dir, reward_config, search_config
 
     p = params_of(params)

@@ -30,9 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from biocheck.io import TMP_PREFIX, InputError, write_json_atomic
-from biocheck.models.chat import check_tool_round_trip, trl_chat_template
-from biocheck.models.output import (
+from biocheck.base_model.chat import check_tool_round_trip, trl_chat_template
+from biocheck.base_model.output import (
     INFO_FILE,
     OUTPUT,
     normalise_permissions,
@@ -40,6 +39,7 @@ from biocheck.models.output import (
     remove_stale_builds,
     sha256_file,
 )
+from biocheck.io import TMP_PREFIX, InputError, write_json_atomic
 from biocheck.outputs import output_dir
 from biocheck.secrets import redact
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import tantivy
 
-from biocheck.pubmed import local_schema as S
-from biocheck.pubmed.local_analysis import query_analyzer, raw_analyzer, stem_analyzer
-from biocheck.pubmed.query import And, Node, Not, Term, terms
-from biocheck.pubmed.types import SearchError
+from biocheck.evidence import local_schema as S
+from biocheck.evidence.local_analysis import query_analyzer, raw_analyzer, stem_analyzer
+from biocheck.evidence.query import And, Node, Not, Term, terms
+from biocheck.evidence.types import SearchError
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from biocheck.pubmed.types import SearchError
+from biocheck.evidence.types import SearchError
 
 Field = Literal["all", "tiab", "ti", "ab", "mh"]
 

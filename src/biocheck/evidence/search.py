@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from biocheck.pubmed.types import MAX_RESULTS, Article, BackendError, SearchError, SearchResult
+from biocheck.evidence.types import MAX_RESULTS, Article, BackendError, SearchError, SearchResult
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +86,15 @@ class ModeSearch:
 
 def open_backend(cfg: SearchConfig):
     """The configured backend, ready to `search(query, n)`. Opening errors are raised here (not in the tool)."""
-    from biocheck.pubmed.cache import CachedSearch
-    from biocheck.pubmed.local import LocalIndex
-    from biocheck.pubmed.store import PUBMED, EvidenceStore
+    from biocheck.evidence.cache import CachedSearch
+    from biocheck.evidence.local import LocalIndex
+    from biocheck.evidence.store import PUBMED, EvidenceStore
 
     if cfg.backend == "local":
         return ModeSearch(LocalIndex.open(cfg.index_dir), cfg.mode)  # IndexUnavailable says how to fix it
     store = EvidenceStore(cfg.store)  # a damaged store fails here, in one line (StoreError)
     if cfg.backend == "entrez":
-        from biocheck.pubmed.entrez import EntrezClient
+        from biocheck.evidence.entrez import EntrezClient
 
         return CachedSearch(EntrezClient(timeout=cfg.timeout_s, max_attempts=cfg.max_attempts,
                                         deadline=cfg.deadline_s), store)

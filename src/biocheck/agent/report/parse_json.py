@@ -8,10 +8,18 @@ import re
 import warnings
 from typing import Any
 
-from biocheck.report.parse_common import SECTION_NAMES, canon_pmid, has_words, norm_words, section_kind, snip, unquote
-from biocheck.report.parse_evidence import FIELD_LABELS, finish_item, parse_evidence
-from biocheck.report.parse_fields import SUMMARY_LABELS, SUMMARY_TITLES, parse_summary, read_conclusion
-from biocheck.report.schema import EvidenceItem, Report, Summary
+from biocheck.agent.report.parse_common import (
+    SECTION_NAMES,
+    canon_pmid,
+    has_words,
+    norm_words,
+    section_kind,
+    snip,
+    unquote,
+)
+from biocheck.agent.report.parse_evidence import FIELD_LABELS, finish_item, parse_evidence
+from biocheck.agent.report.parse_fields import SUMMARY_LABELS, SUMMARY_TITLES, parse_summary, read_conclusion
+from biocheck.agent.report.schema import EvidenceItem, Report, Summary
 
 _JSON_START = re.compile(r"^[ \t]*\{", re.M)
 _MAX_JSON = 2_000_000  # larger blobs are not a report; skip the cost of trying

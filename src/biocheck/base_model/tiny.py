@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from biocheck.base_model.chat import check_tool_round_trip, example_search_tool, trl_chat_template
+from biocheck.base_model.output import INFO_FILE, OUTPUT, quiet_progress, remove_stale_builds, sha256_file
+from biocheck.base_model.output import normalise_permissions as _normalise_permissions  # a seam the tests patch
 from biocheck.bounds import Count
 from biocheck.io import InputError, write_json_atomic
-from biocheck.models.chat import check_tool_round_trip, example_search_tool, trl_chat_template
-from biocheck.models.output import INFO_FILE, OUTPUT, quiet_progress, remove_stale_builds, sha256_file
-from biocheck.models.output import normalise_permissions as _normalise_permissions  # a seam the tests patch
 from biocheck.outputs import output_dir
 
 log = logging.getLogger(__name__)

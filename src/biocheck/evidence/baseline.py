@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from biocheck.pubmed.article_xml import (
+from biocheck.evidence.article_xml import (
     MissingDTDError,
     NotPubMedXMLError,
     UnsafeXMLError,
@@ -25,7 +25,7 @@ from biocheck.pubmed.article_xml import (
     article_from_record,
     iter_pubmed_records,
 )
-from biocheck.pubmed.types import Article
+from biocheck.evidence.types import Article
 
 logger = logging.getLogger(__name__)
 

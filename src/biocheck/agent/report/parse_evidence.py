@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from biocheck.report.parse_common import (
+from biocheck.agent.report.parse_common import (
     PMID_REF,
     QUOTE_PAIRS,
     SEPARATORS,
@@ -24,7 +24,7 @@ from biocheck.report.parse_common import (
     snip,
     split_pmid,
 )
-from biocheck.report.schema import EvidenceItem
+from biocheck.agent.report.schema import EvidenceItem
 
 FIELD_LABELS: dict[str, str] = {
     "pmid": "pmid",

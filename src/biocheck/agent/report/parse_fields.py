@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
+from biocheck.agent.report.parse_common import field_label_at_start, has_words, norm_words, read_labels, snip
+from biocheck.agent.report.schema import Summary
 from biocheck.labels import Label
-from biocheck.report.parse_common import field_label_at_start, has_words, norm_words, read_labels, snip
-from biocheck.report.schema import Summary
 
 SUMMARY_TITLES: dict[str, str] = {
     "support_reasons": "Support reasons",

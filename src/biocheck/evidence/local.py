@@ -28,14 +28,14 @@ from typing import Any, Literal
 import tantivy
 from tqdm import tqdm
 
+from biocheck.evidence import local_schema as S
+from biocheck.evidence.corpus import articles_from_corpus
+from biocheck.evidence.local_analysis import register
+from biocheck.evidence.local_compile import Compiled, QueryCompiler
+from biocheck.evidence.local_files import DamagedFile, check_files, looks_like_index, name_segments, staging_dir
+from biocheck.evidence.query import MAX_QUERY_CHARS, parse, to_string
+from biocheck.evidence.types import MAX_RESULTS, Article, BackendError, SearchError, SearchResult
 from biocheck.io import InputError, write_json_atomic
-from biocheck.pubmed import local_schema as S
-from biocheck.pubmed.corpus import articles_from_corpus
-from biocheck.pubmed.local_analysis import register
-from biocheck.pubmed.local_compile import Compiled, QueryCompiler
-from biocheck.pubmed.local_files import DamagedFile, check_files, looks_like_index, name_segments, staging_dir
-from biocheck.pubmed.query import MAX_QUERY_CHARS, parse, to_string
-from biocheck.pubmed.types import MAX_RESULTS, Article, BackendError, SearchError, SearchResult
 
 __all__ = ["IndexMissing", "IndexUnavailable", "LocalIndex", "NotAnIndex", "articles_from_corpus",
            "index_fingerprint"]

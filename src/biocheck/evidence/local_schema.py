@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import tantivy
 
-from biocheck.pubmed.local_analysis import RAW, STEM
-from biocheck.pubmed.types import Article
+from biocheck.evidence.local_analysis import RAW, STEM
+from biocheck.evidence.types import Article
 
 PMID = "pmid"
 TITLE = "title"

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from biocheck.pubmed.types import Article
+from biocheck.evidence.types import Article
 
 
 def articles_from_corpus(path: Path | str, source: str = "corpus:scifact") -> Iterator[Article]:

@@ -32,9 +32,9 @@ from typing import Any
 from pydantic import BaseModel, computed_field
 
 from biocheck.bounds import Count
+from biocheck.evidence.search import SearchConfig
+from biocheck.evidence.types import MAX_RESULTS, SearchError
 from biocheck.io import InputError, write_json_atomic
-from biocheck.pubmed.search import SearchConfig
-from biocheck.pubmed.types import MAX_RESULTS, SearchError
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class QueryChange(BaseModel):
 
 def _store(cfg: RefreshConfig):
     """The evidence store, which must exist already (looking must not create an empty one)."""
-    from biocheck.pubmed.store import EvidenceStore, resolve_path
+    from biocheck.evidence.store import EvidenceStore, resolve_path
 
     path = resolve_path(cfg.search.store)
     if not path.is_file():
@@ -123,8 +123,8 @@ def refresh_queries(cfg: RefreshConfig, queries: list[str]) -> list[QueryChange]
     """
     from tqdm.auto import tqdm
 
-    from biocheck.pubmed.search import open_backend
-    from biocheck.pubmed.store import StoreError
+    from biocheck.evidence.search import open_backend
+    from biocheck.evidence.store import StoreError
 
     _store(cfg).close()  # open_backend would create a missing store: refuse first
     cached = open_backend(cfg.search)  # CachedSearch(EntrezClient, store): the entrez backend as configured

@@ -1,12 +1,12 @@
 """The report writer: a Report in exactly the format the system prompt asks for.
 
-`biocheck.report.parse.parse_report` reads it back unchanged (tests/test_report_parse.py checks the round trip).
+`biocheck.agent.report.parse.parse_report` reads it back unchanged (tests/test_report_parse.py checks the round trip).
 """
 
 from __future__ import annotations
 
-from biocheck.report.parse_fields import SUMMARY_TITLES
-from biocheck.report.schema import Report
+from biocheck.agent.report.parse_fields import SUMMARY_TITLES
+from biocheck.agent.report.schema import Report
 
 
 def format_report(report: Report) -> str:

@@ -41,9 +41,9 @@ from urllib.parse import urljoin
 import httpx
 import tenacity
 
-from biocheck.pubmed.article_xml import MissingDTDError, XMLParseError
-from biocheck.pubmed.ratelimit import RateLimiter, Slot
-from biocheck.pubmed.types import BackendError, SearchError
+from biocheck.evidence.article_xml import MissingDTDError, XMLParseError
+from biocheck.evidence.ratelimit import RateLimiter, Slot
+from biocheck.evidence.types import BackendError, SearchError
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from xml.parsers import expat
 
 from Bio.Entrez.Parser import CorruptedXMLError, DataHandler, NotXMLError, ValidationError
 
-from biocheck.pubmed.types import Article
+from biocheck.evidence.types import Article
 
 logger = logging.getLogger(__name__)
 

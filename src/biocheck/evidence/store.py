@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from biocheck.pubmed.types import Article, SearchError, SearchResult
+from biocheck.evidence.types import Article, SearchError, SearchResult
 from biocheck.sqlite_db import SQLiteDB
 
 logger = logging.getLogger(__name__)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from biocheck.agent.report.parse_common import SECTION_NAMES, has_words, pure_label, section_kind, snip
+from biocheck.agent.report.parse_evidence import parse_evidence
+from biocheck.agent.report.parse_fields import parse_summary, read_conclusion, stray_conclusion
+from biocheck.agent.report.parse_json import json_report
+from biocheck.agent.report.schema import ParsedReport, Report
 from biocheck.labels import Label
-from biocheck.report.parse_common import SECTION_NAMES, has_words, pure_label, section_kind, snip
-from biocheck.report.parse_evidence import parse_evidence
-from biocheck.report.parse_fields import parse_summary, read_conclusion, stray_conclusion
-from biocheck.report.parse_json import json_report
-from biocheck.report.schema import ParsedReport, Report
 
 __all__ = ["parse_report"]
 
