@@ -183,7 +183,7 @@ def test_eqs_by_the_training_judge_is_said_and_a_missing_judge_names_its_stage(p
     assert r.exit_code == 1 and "evaluate.eqs_judge: no judge in models/judge_eqs" in r.output
     assert "dvc repro judge_eqs" in r.output and "Traceback" not in r.output
     built = []
-    monkeypatch.setattr(pipeline, "make_judge", lambda cfg: built.append(cfg.spec) or object())
+    monkeypatch.setattr(pipeline.evaluation, "make_judge", lambda cfg: built.append(cfg.spec) or object())
     p = wiring.params_of(project / "params.yaml")
     model_files(project / "models" / "judge_eqs")
     _, about = pipeline.eval_scorer(p, pipeline.evaluate_config(p, datasets=["scifact"]))
@@ -261,7 +261,7 @@ def test_the_params_digest_depends_on_the_params_only_not_the_folder_or_the_time
         if out:
             cfg.out_dir = Path(out)
         setup = pipeline.EvalSetup(cfg, {}, {}, {s: pipeline.eval_models(params)[s] for s in cfg.systems})
-        return pipeline.eval_params_digest(params, setup)
+        return pipeline.evaluation.eval_params_digest(params, setup)
 
     found = set()
     for where in ("a", "b"):

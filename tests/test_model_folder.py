@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from biocheck import pipeline
+from biocheck import pipeline, wiring
 from biocheck.cli import app
 from biocheck.io import InputError
 from biocheck.llm.load import ModelFilesError, check_model_dir, is_model_dir, model_dir_gap
@@ -101,7 +101,7 @@ def test_a_lora_checkpoint_passes_selection_and_the_evaluations_model_check(proj
     shutil.copytree(adapter, project / "models" / "selected")  # what `biocheck select` copies for it
     setup = pipeline.evaluate_setup("params.yaml")  # the default: models/selected (failed: no config.json)
     assert list(setup.systems) == ["eg_grpo"]
-    assert pipeline.eval_model(pipeline.params_of("params.yaml"), str(adapter)) == f"transformers:{adapter}"
+    assert pipeline.eval_model(wiring.params_of("params.yaml"), str(adapter)) == f"transformers:{adapter}"
     from biocheck.agent.run import choose_llm  # `biocheck check` after select: the adapter, not agent.llm
 
     assert choose_llm(None, None, Path("models/selected"))[0] == "transformers:models/selected"

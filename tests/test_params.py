@@ -191,7 +191,7 @@ def test_the_check_catches_a_dropped_key(monkeypatch):
     before = build_all(params)
     assert _reads(params, ("reward", "judge_batch_size"), 3, before)
     monkeypatch.setattr(b, "reward_config", dropping)
-    monkeypatch.setattr(pl, "reward_config", dropping)  # train_setup reads it through the pipeline
+    monkeypatch.setattr(pl.configs, "reward_config", dropping)  # train_setup reads it in pipeline/configs.py
     assert not _reads(params, ("reward", "judge_batch_size"), 3, before)
 
 

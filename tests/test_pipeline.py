@@ -220,6 +220,6 @@ def test_dvc_stages_match_the_cli_params_and_configs():
     ("models:/biocheck-agent/3", "none"), ("models/selected", "none")])
 def test_the_model_alias_an_evaluation_logs_is_the_one_its_model_names(model, alias):
     """`evaluate --model` by name or by registry URI logs that name (MLflow `model_alias`), anything else none."""
-    from biocheck.pipeline import _model_alias
+    from biocheck.pipeline import model_alias
 
-    assert _model_alias(model, "biocheck-agent") == alias
+    assert model_alias(model, "biocheck-agent") == alias

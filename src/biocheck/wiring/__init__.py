@@ -1,7 +1,7 @@
 """The build layer (`wiring`; `build/` is a folder name git, ruff and packaging tools skip): params -> typed configs (`config.py`) -> the shared components (`components.py`).
 
 It sits below `train/` and `evaluate/` (which build their tools, prompts and judges here) and above the
-parts it assembles (data, pubmed, llm, agent, rewards, models); `pipeline.py` adds the stages. The layer order
+parts it assembles (data, evidence, llm, agent, rewards, base_model); `pipeline/` adds the stages. The layer order
 is checked by import-linter (pyproject.toml, [tool.importlinter]; tests/test_layers.py).
 """
 

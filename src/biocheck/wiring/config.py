@@ -9,7 +9,7 @@ Sections and who reads them:
   agent -> AgentConfig          reward -> RewardConfig + JudgeConfig
   judge -> JudgeTrainConfig (the judge stage: trains the judge reward.judge names)
   tracking -> tracking.TrackingConfig (MLflow experiment names; read by every stage, a param of none)
-  (pipeline.py) train -> TrainConfig, select -> SelectConfig, evaluate -> EvaluateConfig,
+  (pipeline/configs.py) train -> TrainConfig, select -> SelectConfig, evaluate -> EvaluateConfig,
   audit -> AuditConfig, orchestrate -> OrchestrateConfig; profile: the profile's name
 A section or key that nothing reads is an error, so a typo never silently does nothing.
 """
