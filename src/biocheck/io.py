@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from biocheck.errors import BioCheckError
 from biocheck.secrets import json_redactor, redact, redact_json
 from biocheck.terminal import inert, json_inert
 
@@ -28,7 +29,7 @@ TMP_PREFIX = ".tmp-"
 FS_IOC_GETFLAGS, FS_IMMUTABLE_FL, FS_APPEND_FL = 0x80086601, 0x00000010, 0x00000020
 
 
-class InputError(Exception):
+class InputError(BioCheckError):
     """Bad input data: the message says what is wrong, where, and how to fix it."""
 
 

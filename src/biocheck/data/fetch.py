@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from biocheck.bounds import Count, NonNegativeFloat, Positive
 from biocheck.data.sources import healthfc_frame, read_scifact_tar
+from biocheck.errors import BioCheckError
 from biocheck.io import InputError, atomic_path, remove_stale_tmp, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class FetchConfig:
         return Mirror(Path(env), f"{MIRROR_ENV}={env}", f"unset {MIRROR_ENV}") if env else None
 
 
-class FetchError(Exception):
+class FetchError(BioCheckError):
     """A file could not be obtained; the message names the URL/path and what to do."""
 
 

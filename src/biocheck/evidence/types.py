@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from biocheck.errors import BioCheckError
+
 MAX_RESULTS = 10_000  # papers per search at most, every backend: PubMed's esearch returns no more (retmax)
 
 
@@ -23,7 +25,7 @@ class Article(BaseModel):
     source: str = "unknown"  # e.g. "entrez", "corpus:scifact", "baseline:pubmed25n0001.xml.gz"
 
 
-class SearchError(Exception):
+class SearchError(BioCheckError):
     """A search that could not be answered (malformed query, backend down, ...).
 
     The agent's tool turns it into a short text for the model to read (except a BackendError).

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from biocheck.bounds import Count
+from biocheck.errors import BioCheckError
 
 
 @dataclass
@@ -75,5 +76,5 @@ class ChatLLM(Protocol):
         ...
 
 
-class LLMError(Exception):
+class LLMError(BioCheckError):
     """A backend could not produce a turn (server down, bad spec, model missing)."""

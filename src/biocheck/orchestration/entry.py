@@ -22,6 +22,7 @@ from prefect.exceptions import MissingContextError
 from prefect.logging import get_run_logger
 from prefect.states import Failed
 
+from biocheck.errors import BioCheckError
 from biocheck.secrets import redact, redact_logs
 
 # Read when Prefect starts its temporary server, i.e. when the first flow runs: setting it here is in time.
@@ -41,24 +42,11 @@ UNREACHABLE = "Failed to reach API"  # what Prefect raises when PREFECT_API_URL 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@functools.cache
-def expected_errors() -> tuple[type[BaseException], ...]:
-    """Failures a user can fix, whose message says how (the CLI's list): never a traceback for these."""
-    from biocheck.data.fetch import FetchError
-    from biocheck.evidence.types import SearchError  # StoreError too
-    from biocheck.io import InputError
-    from biocheck.llm.base import LLMError
-    from biocheck.rewards.judge.base import JudgeError
-    from biocheck.rewards.judge.cache import JudgeCacheError
-
-    return InputError, FetchError, SearchError, LLMError, JudgeError, JudgeCacheError
-
-
 class NoTraceback(logging.Filter):
     """Drop the traceback of an expected failure from a record: its message says what and how to fix."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], expected_errors()):
+        if record.exc_info and isinstance(record.exc_info[1], BioCheckError):
             record.exc_info, record.exc_text = None, None
         return True
 
@@ -85,7 +73,7 @@ def error_line(e: BaseException) -> str:
         url = os.environ.get("PREFECT_API_URL", "")
         return (f"no Prefect server answers at PREFECT_API_URL={url}: start it (`prefect server start`), fix "
                 "the URL, or unset PREFECT_API_URL to run with a temporary local server")
-    if isinstance(e, expected_errors()):
+    if isinstance(e, BioCheckError):
         return text or type(e).__name__
     return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
 
@@ -117,7 +105,7 @@ def quiet_failures(fn: F) -> F:
     def body(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except expected_errors() as e:
+        except BioCheckError as e:
             return Failed(message=redact(str(e)), data=e)
 
     return body  # type: ignore[return-value]

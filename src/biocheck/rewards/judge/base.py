@@ -13,6 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Protocol, runtime_checkable
 
+from biocheck.errors import BioCheckError
 from biocheck.evidence.types import Article
 from biocheck.labels import DISPLAY, Label
 
@@ -26,7 +27,7 @@ Pair = tuple[str, Article]  # (claim, paper)
 Scores = dict[str, float]  # KEYS -> s in [0, 1]; the three sum to at most 1
 
 
-class JudgeError(Exception):
+class JudgeError(BioCheckError):
     """The judge cannot score (bad spec, model without a chat template, server without logprobs, ...)."""
 
 

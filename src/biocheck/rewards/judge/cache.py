@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+from biocheck.errors import BioCheckError
 from biocheck.evidence.types import Article
 from biocheck.rewards.judge.base import KEYS, Judge, JudgeError, Pair, Scores, clean_scores
 from biocheck.sqlite_db import SQLiteDB
@@ -48,7 +49,7 @@ _COLUMNS = {"SUPPORTED": "supported", "REFUTED": "refuted", "NEI": "nei"}
 Key = tuple[str, str, str, str, str]
 
 
-class JudgeCacheError(Exception):
+class JudgeCacheError(BioCheckError):
     """The cache file could not be read or written."""
 
 
