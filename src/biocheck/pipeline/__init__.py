@@ -28,7 +28,7 @@ from biocheck.pipeline.configs import (
     train_setup,
 )
 from biocheck.pipeline.evaluation import EvalSetup, eval_scorer, evaluate_setup, evaluate_shard, evaluate_stage
-from biocheck.pipeline.inputs import STAGES, check_params, stage_inputs
+from biocheck.pipeline.inputs import STAGES, check_params, evaluation_inputs, stage_inputs
 from biocheck.pipeline.policy import eval_corpus, eval_model, eval_models, model_alias
 from biocheck.pipeline.stages import (
     evidence_stage,
@@ -44,7 +44,7 @@ from biocheck.pipeline.stages import (
 )
 
 __all__ = ["DEFAULT_PARAMS", "STAGES", "EvalSetup", "audit_config", "audit_setup", "audit_stage", "check_params",
-           "eval_corpus", "eval_model", "eval_models", "eval_scorer", "evaluate_config", "evaluate_setup",
+           "eval_corpus", "eval_model", "evaluation_inputs", "eval_models", "eval_scorer", "evaluate_config", "evaluate_setup",
            "evaluate_shard", "evaluate_stage", "evidence_stage", "fetch_stage", "judge_stage", "model_alias",
            "model_stage", "orchestrate_config", "prepare_stage", "refresh_stage", "select_config", "select_stage",
            "serve_config", "sft_stage", "stage_inputs", "train_config", "train_setup", "train_stage",

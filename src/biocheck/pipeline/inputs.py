@@ -70,13 +70,21 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
                 "train": {k: getattr(train_cfg, k) for k in ("num_generations", "temperature", "sft", "curriculum")},
                 "start": str(model_config(p).out_dir), "prepared": str(prepared_dir(p))}
     if name == "evaluate":
-        cfg, (reward_cfg, judge_cfg) = evaluate_config(p), reward_config(p)
-        judge_section = raw_section(p, "judge")
-        return {"evaluate": plain(cfg), "agent": plain(agent_config(p)), "search": plain(search_config(p)),
-                "models": eval_models(p), "reward": plain(reward_cfg), "judge": plain(judge_cfg),
-                "judge_dirs": [judge_section.get("out_dir"), (judge_section.get("eqs") or {}).get("out_dir")],
-                "corpus": eval_corpus(p), "prepared": str(prepared_dir(p))}
+        return {"evaluate": plain(evaluate_config(p)), "models": eval_models(p), **evaluation_inputs(p)}
     raise InputError(f"{stage}: not a stage of dvc.yaml")
+
+
+def evaluation_inputs(params: dict[str, Any]) -> dict[str, Any]:
+    """What every evaluation reads besides its `evaluate:` section and its models: the agent, search, reward
+    and judge settings, the judges' folders, the corpus searched and the prepared data. The evaluate stage
+    and the study's evaluation units (study/units.py) build their inputs from this one statement."""
+    p = params_of(params)
+    reward_cfg, judge_cfg = reward_config(p)
+    judge_section = raw_section(p, "judge")
+    return {"agent": plain(agent_config(p)), "search": plain(search_config(p)), "reward": plain(reward_cfg),
+            "judge": plain(judge_cfg),
+            "judge_dirs": [judge_section.get("out_dir"), (judge_section.get("eqs") or {}).get("out_dir")],
+            "corpus": eval_corpus(p), "prepared": str(prepared_dir(p))}
 
 
 # Every stage of dvc.yaml by name (a foreach stage by each of its items): what `check_params` checks.

@@ -417,9 +417,9 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
     from biocheck.evaluate.config import DATASETS
     from biocheck.llm.spec import split_spec
     from biocheck.params import plain
-    from biocheck.pipeline import eval_corpus, evaluate_config, train_setup
+    from biocheck.pipeline import evaluate_config, evaluation_inputs, train_setup
     from biocheck.train.training import training_inputs
-    from biocheck.wiring import agent_config, params_of, prepare_config, prepared_dir, reward_config, search_config
+    from biocheck.wiring import params_of, prepare_config
 
     p = params_of(params)
     cfg = study_config(p)
@@ -429,19 +429,14 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
         c = train_setup(unit_params(p, variant), **unit_overrides(cfg, variant, int(seed)))
         return {**training_inputs(c), "start": str(start_dir(p))}
     if name in ("evaluate", "evaluate_start"):
-        ev = {k: v for k, v in plain(evaluate_config(p)).items() if k not in EVAL_OWN}
-        reward_cfg, judge_cfg = reward_config(p)
-        agent = plain(agent_config(p))
-        agent["llm"] = split_spec(agent["llm"])[0]  # of agent.llm only its kind: the unit names its model
-        judge = raw_section(p, "judge")
+        inputs = evaluation_inputs(p)  # what the pipeline's evaluate stage reads too
+        inputs["agent"]["llm"] = split_spec(inputs["agent"]["llm"])[0]  # of agent.llm its kind: the unit names its model
         unit = START if name == "evaluate_start" else unit_name(variant, int(seed))
         keep = prepare_config(p).keep_labels  # the whole split's claims keep the profile's labels
         labels = {d: keep.get(DATASETS[d].split("/")[1]) for d in cfg.datasets} if cfg.full_split else None
-        return {"evaluate": ev, "agent": agent, "search": plain(search_config(p)), "reward": plain(reward_cfg),
-                "judge": plain(judge_cfg), "judge_dirs": [judge.get("out_dir"), (judge.get("eqs") or {}).get("out_dir")],
-                "corpus": eval_corpus(p), "prepared": str(prepared_dir(p)), "datasets": cfg.datasets,
-                "limit": cfg.limit, "full_split": cfg.full_split, "labels": labels, "out": str(cfg.eval_dir / unit),
-                "model": str(start_dir(p) if unit == START else cfg.out_dir / unit)}
+        return {"evaluate": {k: v for k, v in plain(evaluate_config(p)).items() if k not in EVAL_OWN}, **inputs,
+                "datasets": cfg.datasets, "limit": cfg.limit, "full_split": cfg.full_split, "labels": labels,
+                "out": str(cfg.eval_dir / unit), "model": str(start_dir(p) if unit == START else cfg.out_dir / unit)}
     if name == "analyze":
         return {"study": {k: v for k, v in plain(cfg).items()
                           if k not in ("limit", "eval_steps", "full_split", "min_evidence_signal")}}
