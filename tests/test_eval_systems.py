@@ -171,12 +171,18 @@ def test_make_system_builds_the_baselines_with_the_same_model_and_search(search_
 
 
 def test_baseline_settings_are_checked_when_the_system_is_made(search_cfg):
-    with pytest.raises(ValueError, match=r"evaluate.cer: unknown key\(s\) retrive; valid keys: retrieve"):
+    with pytest.raises(ValueError, match=r"unknown key\(s\) evaluate\.cer\.retrive; 'evaluate\.cer' accepts \["):
         make_system("cer", llm="scripted:x.json", agent_cfg=AgentConfig(), search_cfg=search_cfg,
                     eval_cfg=EvaluateConfig(cer={"retrive": 5}))
-    with pytest.raises(ValueError, match="fire.similarity"):
-        make_system("fire", llm="scripted:x.json", agent_cfg=AgentConfig(), search_cfg=search_cfg,
-                    eval_cfg=EvaluateConfig(fire={"similarity": 2}))
+    # the bounds its fields' types declare (bounds.py), checked as a section's
+    for baseline, values, message in [("fire", {"similarity": 2}, "evaluate.fire.similarity must be <= 1, not 2"),
+                                       ("fire", {"max_retries": -1}, "evaluate.fire.max_retries must be >= 0, not -1"),
+                                       ("cer", {"retrieve": 0}, "evaluate.cer.retrieve must be >= 1, not 0"),
+                                       ("cer", {"sentences": True}, "evaluate.cer.sentences must be an int, not True")]:
+        with pytest.raises(ValueError) as e:
+            make_system(baseline, llm="scripted:x.json", agent_cfg=AgentConfig(), search_cfg=search_cfg,
+                        eval_cfg=EvaluateConfig(**{baseline: values}))
+        assert str(e.value) == message
 
 
 def test_fire_searches_under_the_agents_budget_unless_told_otherwise(search_cfg, tmp_path):

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from biocheck.data.schema import ClaimRecord, CorpusDoc, GoldEvidence
+from biocheck.io import InputError
 from biocheck.outputs import MARK_FILE
+from biocheck.params import section
 from biocheck.rewards.judge_train import train as train_mod
 from biocheck.rewards.judge_train.evaluate import expected_calibration_error, score_metrics
 from biocheck.rewards.judge_train.pairs import (
@@ -170,8 +172,13 @@ def test_no_pairs_is_one_clear_line():
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="judge.level"):
         JudgeTrainConfig(level="paragraph")
-    with pytest.raises(ValueError, match="judge.layer"):
-        JudgeTrainConfig(layer=0)
+    # a bound is the field's type (bounds.py), checked where params.yaml's `judge:` is read
+    for key, value, message in [("layer", 0, "judge.layer must be >= 1, not 0"),
+                                ("folds", 0, "judge.folds must be >= 1, not 0"),
+                                ("bm25_per_claim", -1, "judge.bm25_per_claim must be >= 0, not -1")]:
+        with pytest.raises(InputError) as e:
+            section({"judge": {key: value}}, "judge", JudgeTrainConfig)
+        assert str(e.value).endswith(message), str(e.value)
 
 
 def test_fixed_layer_cuts_the_model_before_the_features(prepared, tiny_model, tmp_path):

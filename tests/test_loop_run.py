@@ -17,6 +17,7 @@ from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.llm import GenerationConfig
 from biocheck.llm.scripted import ScriptedChat
+from biocheck.params import section
 from biocheck.wiring import make_agent
 from tests.test_agent import REPORT
 from tests.test_loop_graph import A1, A1_EDITED, A2, TABLE, TableTool, calls
@@ -24,36 +25,44 @@ from tests.test_loop_graph import A1, A1_EDITED, A2, TABLE, TableTool, calls
 # -- AgentConfig ----------------------------------------------------------------------------------------
 
 
+def _agent(**values):
+    """AgentConfig as params.yaml's `agent:` section builds it: its bounds are its fields' types (bounds.py)."""
+    return section({"agent": values}, "agent", AgentConfig)
+
+
 @pytest.mark.parametrize("kw", [{"max_searches": -1}, {"max_refusals": -1}])
 def test_negative_limits_are_rejected_with_the_keys_named(kw):
-    with pytest.raises(ValueError, match=r"^agent\.max_searches and agent\.max_refusals must be >= 0$"):
-        AgentConfig(**kw)
+    key, value = next(iter(kw.items()))
+    with pytest.raises(InputError, match=rf"section 'agent': agent\.{key} must be >= 0, not -1$"):
+        _agent(**kw)
 
 
 def test_zero_limits_are_allowed():
-    assert (AgentConfig(max_searches=0, max_refusals=0).max_searches, AgentConfig(max_refusals=0).max_refusals) == (0, 0)
+    assert (_agent(max_searches=0, max_refusals=0).max_searches, _agent(max_refusals=0).max_refusals) == (0, 0)
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"abstract_chars": -5}, "agent.abstract_chars must be >= 1 (or null for the whole abstract), not -5"),
-    ({"abstract_chars": 0}, "agent.abstract_chars must be >= 1 (or null for the whole abstract), not 0"),
+    ({"abstract_chars": -5}, "agent.abstract_chars must be >= 1, not -5"),
+    ({"abstract_chars": 0}, "agent.abstract_chars must be >= 1, not 0"),
     ({"max_new_tokens": 0}, "agent.max_new_tokens must be >= 1, not 0"),
-    ({"temperature": -0.1}, "agent.temperature must be >= 0 (0 = greedy), not -0.1"),
-    ({"temperature": float("nan")}, "agent.temperature must be >= 0 (0 = greedy), not nan"),
-    ({"top_p": 0.0}, "agent.top_p must be in (0, 1], not 0.0"),
-    ({"top_p": 1.5}, "agent.top_p must be in (0, 1], not 1.5"),
+    ({"temperature": -0.1}, "agent.temperature must be >= 0, not -0.1"),
+    ({"temperature": float("nan")}, "agent.temperature must be >= 0, not nan"),
+    ({"temperature": float("inf")}, "agent.temperature must be a finite number, not inf"),
+    ({"top_p": 0.0}, "agent.top_p must be > 0, not 0.0"),
+    ({"top_p": 1.5}, "agent.top_p must be <= 1, not 1.5"),
     ({"workers": 0}, "agent.workers must be >= 1, not 0"),
+    ({"request_timeout_s": 0.0}, "agent.request_timeout_s must be > 0, not 0.0"),
 ])
 def test_nonsense_generation_and_batch_settings_are_rejected_with_the_key_named(kw, message):
-    with pytest.raises(ValueError) as e:
-        AgentConfig(**kw)
-    assert str(e.value) == message
+    with pytest.raises(InputError) as e:
+        _agent(**kw)
+    assert str(e.value).endswith(f"section 'agent': {message}"), str(e.value)
 
 
 def test_edge_settings_that_make_sense_are_allowed():
-    cfg = AgentConfig(abstract_chars=None, temperature=0.0, top_p=1.0, max_new_tokens=1, workers=1)
+    cfg = _agent(abstract_chars=None, temperature=0.0, top_p=1.0, max_new_tokens=1, workers=1)
     assert (cfg.abstract_chars, cfg.temperature, cfg.top_p) == (None, 0.0, 1.0)
-    assert AgentConfig(abstract_chars=1, top_p=1e-3, temperature=2.0).abstract_chars == 1
+    assert _agent(abstract_chars=1, top_p=1e-3, temperature=2.0).abstract_chars == 1
 
 
 # -- Agent and its Episode ------------------------------------------------------------------------------

@@ -9,8 +9,10 @@ import pytest
 from biocheck.agent.episode import Episode, QueryRecord
 from biocheck.agent.report.schema import Report
 from biocheck.evidence.types import Article
+from biocheck.io import InputError
 from biocheck.labels import Label
 from biocheck.rewards.components import EpisodeView, RewardConfig, r_evidence, score
+from biocheck.wiring import reward_config
 
 CLAIM = "Vitamin D supplementation prevents hip fractures in older adults."
 PAPER = Article(pmid="101", title="Vitamin D and fracture risk", source="corpus:scifact",
@@ -24,27 +26,32 @@ def report(pmid: str = "101", quote: str = "reduced hip fractures", conclusion: 
             f"Justification: d\n## Conclusion\n{conclusion}\n")
 
 
+def test_a_variant_that_does_not_exist_is_named():
+    with pytest.raises(ValueError, match=r"^reward.variant='grpo': expected one of eg_grpo, outcome_only$"):
+        RewardConfig(variant="grpo")
+
+
+# The bounds are the fields' types (bounds.py), checked where params.yaml's `reward:` is read.
 @pytest.mark.parametrize("bad, message", [
-    ({"variant": "grpo"}, r"^reward.variant='grpo': expected one of eg_grpo, outcome_only$"),
-    ({"beta1": "0.5"}, r"^reward.beta1='0.5': must be a finite number$"),
-    ({"beta2": float("nan")}, r"^reward.beta2=nan: must be a finite number$"),
-    ({"alpha": float("inf")}, r"^reward.alpha=inf: must be a finite number$"),
-    ({"threshold": None}, r"^reward.threshold=None: must be a finite number$"),
-    ({"beta3": -0.5}, r"^reward.beta1/beta2/beta3 must be >= 0 \(the bounds in docs/rewards.md assume it\)$"),
-    ({"beta2": -2.0}, r"^reward.beta1/beta2/beta3 must be >= 0"),
-    ({"beta1": -1e-9}, r"^reward.beta1/beta2/beta3 must be >= 0"),
-    ({"alpha": 0}, r"^reward.alpha=0: must be > 0$"),
-    ({"alpha": -1.0}, r"^reward.alpha=-1.0: must be > 0$"),
-    ({"threshold": 1.5}, r"^reward.threshold=1.5: must be in \[0, 1\]$"),
-    ({"threshold": -0.1}, r"^reward.threshold=-0.1: must be in \[0, 1\]$"),
+    ({"beta1": "0.5"}, "reward.beta1 must be a number, not '0.5'"),
+    ({"beta2": float("nan")}, "reward.beta2 must be >= 0, not nan"),
+    ({"alpha": float("inf")}, "reward.alpha must be a finite number, not inf"),
+    ({"threshold": None}, "reward.threshold must be a number, not None"),
+    ({"beta3": -0.5}, "reward.beta3 must be >= 0, not -0.5"),
+    ({"beta1": -1e-9}, "reward.beta1 must be >= 0, not -1e-09"),
+    ({"alpha": 0}, "reward.alpha must be > 0, not 0"),
+    ({"alpha": -1.0}, "reward.alpha must be > 0, not -1.0"),
+    ({"threshold": 1.5}, "reward.threshold must be <= 1, not 1.5"),
+    ({"threshold": -0.1}, "reward.threshold must be >= 0, not -0.1"),
 ])
 def test_config_errors_name_the_setting_and_the_rule(bad, message):
-    with pytest.raises(ValueError, match=message):
-        RewardConfig(**bad)
+    with pytest.raises(InputError) as e:
+        reward_config({"reward": bad})
+    assert str(e.value).endswith(message), str(e.value)
 
 
 def test_config_edges_that_are_allowed():
-    edges = RewardConfig(beta1=0, beta2=0.0, beta3=0, alpha=1e-9, threshold=0.0)
+    edges, _ = reward_config({"reward": {"beta1": 0, "beta2": 0.0, "beta3": 0, "alpha": 1e-9, "threshold": 0.0}})
     assert edges.bounds() == (0.0, 1.0)  # -beta3, 1 + beta1 + beta2
     assert RewardConfig(threshold=1.0).threshold == 1.0 and RewardConfig(alpha=2).alpha == 2
 

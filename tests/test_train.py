@@ -267,9 +267,14 @@ def test_each_checkpoint_needs_a_validation_reward():
         with pytest.raises(ValueError, match=r"train.save_steps must be a multiple of train.eval_steps \(each "
                                              r"checkpoint needs a validation reward\)"):
             TrainConfig(save_steps=save, eval_steps=ev)
-    for save, ev in ((0, 10), (10, 0), (-10, 5)):
-        with pytest.raises(ValueError, match=rf"train.save_steps={save}, train.eval_steps={ev}: both must be >= 1"):
-            TrainConfig(save_steps=save, eval_steps=ev)
+    from biocheck.pipeline import train_config
+
+    for save, ev, message in ((0, 10, "train.save_steps must be >= 1, not 0"),
+                              (10, 0, "train.eval_steps must be >= 1, not 0"),
+                              (-10, 5, "train.save_steps must be >= 1, not -10")):
+        with pytest.raises(InputError) as e:  # a bound is the field's type (bounds.py), checked as params are read
+            train_config({"train": {"save_steps": save, "eval_steps": ev}})
+        assert str(e.value).endswith(message), str(e.value)
     assert TrainConfig(save_steps=20, eval_steps=10).save_steps == 20
     assert TrainConfig(save_steps=1, eval_steps=1).eval_steps == 1
     assert TrainConfig(out_dir="runs/x").out_dir == Path("runs/x")

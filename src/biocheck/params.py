@@ -179,6 +179,8 @@ def check_types(cls: type, values: dict[str, Any], prefix: str = "") -> None:
         if allowed is None:
             continue
         bound = next((_BOUNDS[e["type"]] for e in errors if e["type"] in _BOUNDS), None)
+        if bound is None and any(e["type"] == "predicate_failed" for e in errors):  # bounds.py's only predicate
+            raise ValueError(f"{prefix}{key} must be a finite number, not {values[key]!r}")
         if bound is None:  # the type, not a bound: pydantic checks bounds only once the type fits
             raise ValueError(f"{prefix}{key} must be {' or '.join(_NAMES[t] for t in allowed)}, not {values[key]!r}")
         raise ValueError(f"{prefix}{key} must be {bound[0]} {_limit(hints[key], bound)}, not {values[key]!r}")

@@ -8,7 +8,6 @@ text, the parsed report and its parse problems, and the model and prompt fingerp
 from __future__ import annotations
 
 import datetime as dt
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -22,6 +21,7 @@ from biocheck.agent.limits import MAX_REFUSALS, MAX_SEARCHES
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.report.parse import parse_report
 from biocheck.agent.report.schema import Report
+from biocheck.bounds import Count, NonNegative, NonNegativeFloat, Positive, PositiveShare
 from biocheck.evidence.types import Article
 from biocheck.labels import Label
 from biocheck.llm.base import REQUEST_TIMEOUT_S, ChatLLM
@@ -30,15 +30,16 @@ from biocheck.llm.base import REQUEST_TIMEOUT_S, ChatLLM
 @dataclass
 class AgentConfig:
     llm: str = "transformers:models/base"  # spec string (see biocheck.llm)
-    max_searches: int = MAX_SEARCHES
-    max_refusals: int = MAX_REFUSALS
-    abstract_chars: int | None = None
-    max_new_tokens: int = 1024
-    temperature: float = 0.0
-    top_p: float = 1.0
+    max_searches: NonNegative = MAX_SEARCHES
+    max_refusals: NonNegative = MAX_REFUSALS
+    # Nonsense in these would not fail: it would silently cut every abstract or never generate a word.
+    abstract_chars: Count | None = None  # null: the whole abstract
+    max_new_tokens: Count = 1024
+    temperature: NonNegativeFloat = 0.0  # 0: greedy
+    top_p: PositiveShare = 1.0
     seed: int | None = 0
-    workers: int = 1  # episodes in parallel (batch mode)
-    request_timeout_s: float = REQUEST_TIMEOUT_S  # a model server's answer (openai:); a stalled one fails the episode
+    workers: Count = 1  # episodes in parallel (batch mode)
+    request_timeout_s: Positive = REQUEST_TIMEOUT_S  # a model server's answer (openai:); a stalled one fails the episode
     # transformers: the weights' dtype (null: float32 on a CPU, bfloat16 on CUDA). bfloat16 on a CPU with avx512_bf16
     # multiplies ~3x as fast (docs/benchmarks.md) and changes the model's numbers, so greedy text may differ
     dtype: Literal["float32", "bfloat16"] | None = None
@@ -48,24 +49,6 @@ class AgentConfig:
     cache: Literal["dynamic", "static", "prefix"] = "dynamic"
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if self.max_searches < 0 or self.max_refusals < 0:
-            raise ValueError("agent.max_searches and agent.max_refusals must be >= 0")
-        # Nonsense here would not fail: it would silently cut every abstract or never generate a word.
-        if self.abstract_chars is not None and self.abstract_chars < 1:
-            raise ValueError(f"agent.abstract_chars must be >= 1 (or null for the whole abstract), "
-                             f"not {self.abstract_chars}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"agent.max_new_tokens must be >= 1, not {self.max_new_tokens}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"agent.temperature must be >= 0 (0 = greedy), not {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"agent.top_p must be in (0, 1], not {self.top_p}")
-        if self.workers < 1:
-            raise ValueError(f"agent.workers must be >= 1, not {self.workers}")
-        if not (math.isfinite(self.request_timeout_s) and self.request_timeout_s > 0):
-            raise ValueError(f"agent.request_timeout_s must be a number of seconds above 0 (the wait for one "
-                             f"answer of a model server), not {self.request_timeout_s}")
 
 
 class Episode(BaseModel):

@@ -70,15 +70,9 @@ class TinyModelConfig:
         self.out_dir, self.corpus = Path(self.out_dir), Path(self.corpus)
         if self.vocab_size < 512:
             raise ValueError(f"tiny.vocab_size={self.vocab_size}: needs at least 512 (256 bytes + merges + tokens)")
-        if self.max_docs is not None and self.max_docs < 1:
-            raise ValueError(f"tiny.max_docs={self.max_docs}: must be positive or null (all documents)")
         if self.num_key_value_heads < 1 or self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"tiny.num_attention_heads={self.num_attention_heads} must be a multiple of "
                              f"tiny.num_key_value_heads={self.num_key_value_heads}")
-        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "head_dim", "max_position_embeddings",
-                     "prompt_repeats"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"tiny.{name}={getattr(self, name)}: must be positive")
 
 
 # --------------------------------------------------------------------------------------------------- inputs

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from biocheck.agent.episode import Episode
-from biocheck.bounds import Count
+from biocheck.bounds import Count, Share
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.harness import load_episode, run_system
 from biocheck.evaluate.rationale import SIDE_LABEL, gold_docs
@@ -59,7 +59,7 @@ class AuditConfig:
 
     claims: Count | None = 16  # training claims audited, half per label where the split has them (null: all)
     seed: int = 0  # which claims, and the first episode's sampling seed (episode k uses seed + k)
-    min_signal: float = 0.2  # warn when R_evidence varies in fewer than this share of either label's groups
+    min_signal: Share = 0.2  # warn when R_evidence varies in fewer than this share of either label's groups
     out_dir: Path = Path("audit")  # the sampled episodes (cached traces)
     metrics_path: Path | None = Path("metrics/reward_audit.json")  # DVC's metrics: `headline` (null: none)
     report_path: Path = Path("reports/reward_audit.json")  # every number, the settings and the warnings
@@ -69,12 +69,6 @@ class AuditConfig:
     def __post_init__(self) -> None:
         self.out_dir, self.report_path = Path(self.out_dir), Path(self.report_path)
         self.metrics_path = Path(self.metrics_path) if self.metrics_path else None
-        if self.claims is not None and self.claims < 1:
-            raise ValueError(f"claims: {self.claims} must be >= 1 (null: every training claim)")
-        if not 0.0 <= self.min_signal <= 1.0:
-            raise ValueError(f"min_signal: {self.min_signal} must be in [0, 1]")
-        if self.workers < 1:
-            raise ValueError(f"workers: {self.workers} must be >= 1")
 
 
 @dataclass

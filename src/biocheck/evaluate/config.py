@@ -77,12 +77,6 @@ class EvaluateConfig:
         if bad:
             raise ValueError(f"baseline_model: {self.baseline_model!r}; give one of {', '.join(BASELINE_MODELS)}, or "
                              f"a mapping from baselines ({', '.join(BASELINES)}) to one of them")
-        if self.workers < 1:
-            raise ValueError(f"workers: {self.workers} must be >= 1")
-        if self.bootstrap < 0:
-            raise ValueError(f"bootstrap: {self.bootstrap} must be >= 0 (0: no bootstrap intervals)")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit: {self.limit} must be >= 1 (null: every claim)")
 
 
 def dataset_about(dataset: str, corpus: str, corpus_kind: str) -> dict[str, Any]:

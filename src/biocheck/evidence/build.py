@@ -18,6 +18,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+import annotated_types as at
 
 from biocheck.evidence.types import Article
 from biocheck.io import InputError, write_json_atomic
@@ -35,7 +38,7 @@ class EvidenceConfig:
     index_dir: Path = Path("data/evidence/index")
     store: Path = Path("data/evidence/evidence.sqlite")
     metrics_path: Path | None = Path("metrics/evidence.json")
-    threads: int = 1  # indexing threads
+    threads: Annotated[int, at.Ge(1), at.Le(MAX_THREADS)] = 1  # indexing threads
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -46,9 +49,6 @@ class EvidenceConfig:
             self.baseline = [self.baseline]
         if not isinstance(self.baseline, list) or not all(isinstance(b, str) for b in self.baseline):
             raise ValueError(f"evidence.baseline: must be a list of file paths or globs, got {self.baseline!r}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= MAX_THREADS:
-            raise ValueError(f"evidence.threads: {self.threads!r} must be an integer between 1 and {MAX_THREADS} "
-                             "(indexing threads)")
         if not isinstance(self.corpus_source, str) or not self.corpus_source.strip():
             raise ValueError(f"evidence.corpus_source: {self.corpus_source!r} must name the corpus "
                              "(e.g. corpus:scifact)")

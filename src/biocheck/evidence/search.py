@@ -18,13 +18,14 @@ whose searches all failed is a failure, not a report of "no evidence".
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import annotated_types as at
 from pydantic import BaseModel
 
+from biocheck.bounds import Positive
 from biocheck.evidence.types import MAX_RESULTS, Article, BackendError, SearchError, SearchResult
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,12 @@ MAX_ATTEMPTS = 20  # entrez: more retries than this only hides an outage behind 
 class SearchConfig:
     backend: str = "local"  # local | entrez | replay
     mode: str = "boolean"  # boolean | bm25 (the local engine: local and replay's fallback)
-    max_results: int = 5  # papers per search (the agent's budget; the paper uses 5)
+    max_results: Annotated[int, at.Ge(1), at.Le(MAX_N)] = 5  # papers per search (the agent's budget; the paper uses 5)
     index_dir: Path = Path("data/evidence/index")
     store: Path = Path("data/evidence/evidence.sqlite")
-    timeout_s: float = 10.0  # entrez: per read (connect, each chunk of the reply)
-    max_attempts: int = 5  # entrez: bounded retries with backoff
-    deadline_s: float = 60.0  # entrez: one whole search (esearch + efetch, every retry, wait and read)
+    timeout_s: Positive = 10.0  # entrez: per read (connect, each chunk of the reply)
+    max_attempts: Annotated[int, at.Ge(1), at.Le(MAX_ATTEMPTS)] = 5  # entrez: bounded retries with backoff
+    deadline_s: Positive = 60.0  # entrez: one whole search (esearch + efetch, every retry, wait and read)
 
     def __post_init__(self) -> None:
         self.index_dir, self.store = Path(self.index_dir), Path(self.store)
@@ -52,25 +53,6 @@ class SearchConfig:
             raise ValueError(f"search.backend: {self.backend!r} is not one of {list(BACKENDS)}")
         if self.mode not in MODES:
             raise ValueError(f"search.mode: {self.mode!r} is not one of {list(MODES)}")
-        if not _is_int(self.max_results) or not 1 <= self.max_results <= MAX_N:
-            raise ValueError(f"search.max_results: {self.max_results!r} must be between 1 and {MAX_N}")
-        if not _is_int(self.max_attempts) or not 1 <= self.max_attempts <= MAX_ATTEMPTS:
-            raise ValueError(f"search.max_attempts: {self.max_attempts!r} must be an integer between 1 and "
-                             f"{MAX_ATTEMPTS} (tries per E-utilities request)")
-        if not _is_number(self.timeout_s) or not (0 < self.timeout_s < math.inf):
-            raise ValueError(f"search.timeout_s: {self.timeout_s!r} must be a number of seconds above 0 "
-                             "(the wait for each E-utilities reply, e.g. 10)")
-        if not _is_number(self.deadline_s) or not (0 < self.deadline_s < math.inf):
-            raise ValueError(f"search.deadline_s: {self.deadline_s!r} must be a number of seconds above 0 "
-                             "(the most one PubMed search may take, retries included, e.g. 60)")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class ModeSearch:

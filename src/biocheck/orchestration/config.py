@@ -26,10 +26,6 @@ class OrchestrateConfig:
     study_eval_deployment: str | None = None
 
     def __post_init__(self) -> None:
-        if self.dask_workers < 1:
-            raise ValueError(f"dask_workers: {self.dask_workers} must be >= 1")
-        if self.shards < 1:
-            raise ValueError(f"shards: {self.shards} must be >= 1")
         for key, example in (("train_deployment", "biocheck-train/train-gpu"),
                              ("study_train_deployment", "biocheck-study-unit/study-unit-gpu"),
                              ("study_eval_deployment", "biocheck-study-unit/study-unit-cpu")):

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from biocheck.agent.report.parse import parse_report
 from biocheck.agent.report.quotes import find_quote, overlapping
+from biocheck.bounds import NonNegativeFloat, Positive, Share
 from biocheck.evidence import query as pubmed_query
 from biocheck.evidence.types import Article
 from biocheck.labels import Label
@@ -39,11 +40,12 @@ class RewardConfig:
     """Reward weights (params.yaml `reward:`; the paper's values are the defaults)."""
 
     variant: Variant = "eg_grpo"
-    beta1: float = 0.5  # R_search
-    beta2: float = 1.0  # R_evidence
-    beta3: float = 1.0  # R_hallucination (subtracted)
-    alpha: float = 1.0  # saturation of R_evidence
-    threshold: float = 0.5  # an entry's s counts only when s > threshold
+    # weights are >= 0: the reward's bounds (docs/rewards.md) assume it
+    beta1: NonNegativeFloat = 0.5  # R_search
+    beta2: NonNegativeFloat = 1.0  # R_evidence
+    beta3: NonNegativeFloat = 1.0  # R_hallucination (subtracted)
+    alpha: Positive = 1.0  # saturation of R_evidence
+    threshold: Share = 0.5  # an entry's s counts only when s > threshold
     unique_papers: bool = False  # count each (side, pmid) once in R_evidence (guards against repeated citations)
     # what the judge reads of a citation: "paper" = the cited paper's title and abstract (the claim-paper pair);
     # "quote" = the abstract sentence(s) the quote lies in, so the judge scores the evidence the report gives
@@ -54,16 +56,6 @@ class RewardConfig:
             raise ValueError(f"reward.variant={self.variant!r}: expected one of {', '.join(VARIANTS)}")
         if self.judge_reads not in JUDGE_READS:
             raise ValueError(f"reward.judge_reads={self.judge_reads!r}: expected one of {', '.join(JUDGE_READS)}")
-        for name in ("beta1", "beta2", "beta3", "alpha", "threshold"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value):
-                raise ValueError(f"reward.{name}={value!r}: must be a finite number")
-        if min(self.beta1, self.beta2, self.beta3) < 0:
-            raise ValueError("reward.beta1/beta2/beta3 must be >= 0 (the bounds in docs/rewards.md assume it)")
-        if self.alpha <= 0:
-            raise ValueError(f"reward.alpha={self.alpha}: must be > 0")
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"reward.threshold={self.threshold}: must be in [0, 1]")
 
     def bounds(self) -> tuple[float, float]:
         """[lowest, highest] total this config can give."""

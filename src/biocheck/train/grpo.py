@@ -101,9 +101,6 @@ class TrainConfig:
         if self.generation_dtype and self.use_vllm:  # vLLM generates from its own copy of the weights
             raise ValueError("train.generation_dtype is for generation by transformers: with train.use_vllm true, "
                              "set it to null")
-        if self.save_steps < 1 or self.eval_steps < 1:
-            raise ValueError(f"train.save_steps={self.save_steps}, train.eval_steps={self.eval_steps}: "
-                             "both must be >= 1")
         if self.save_steps % self.eval_steps:  # eval_steps=20, save_steps=10 would leave checkpoint-10 unscored
             raise ValueError("train.save_steps must be a multiple of train.eval_steps (each checkpoint needs "
                              "a validation reward)")

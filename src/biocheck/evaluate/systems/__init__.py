@@ -22,6 +22,7 @@ from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.config import SYSTEMS
 from biocheck.evaluate.systems.base import Prediction, System
 from biocheck.io import json_digest
+from biocheck.params import check_nested
 
 AGENTS = ("base", "eg_grpo", "outcome_only")  # the BioCheck agent, one model each
 WRITES_REPORT = {name: name in AGENTS for name in SYSTEMS}  # known before any model is loaded
@@ -108,10 +109,7 @@ def _settings(name: str, agent_cfg: Any, eval_cfg: Any) -> Any:
     if name == "fire":
         values.setdefault("max_steps", agent_cfg.max_searches)
         values.setdefault("abstract_chars", agent_cfg.abstract_chars)
-    known = [f.name for f in dataclasses.fields(Config)]
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"evaluate.{name}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(known)}")
+    check_nested(Config, values, f"evaluate.{name}")  # known keys, types and bounds (bounds.py), as a section's
     return Config(**values)
 
 

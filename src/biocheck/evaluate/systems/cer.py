@@ -39,10 +39,6 @@ class CERConfig:
     ranker: str = "bm25"  # bm25 | encoder:<hf model id or path>
 
     def __post_init__(self) -> None:
-        if not isinstance(self.retrieve, int) or isinstance(self.retrieve, bool) or self.retrieve < 1:
-            raise ValueError(f"cer.retrieve must be an integer >= 1 (abstracts per claim), not {self.retrieve!r}")
-        if not isinstance(self.sentences, int) or isinstance(self.sentences, bool) or self.sentences < 1:
-            raise ValueError(f"cer.sentences must be an integer >= 1 (sentences in the prompt), not {self.sentences!r}")
         make_ranker(self.ranker)  # a misspelt ranker fails here, not on the first claim
 
 

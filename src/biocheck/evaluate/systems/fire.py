@@ -35,7 +35,7 @@ from biocheck.agent.budget import SearchBudget
 from biocheck.agent.episode import Episode
 from biocheck.agent.prompts import Prompts
 from biocheck.agent.tools import TOOL_NAME
-from biocheck.bounds import Count, NonNegative
+from biocheck.bounds import Count, NonNegative, PositiveShare
 from biocheck.data.schema import ClaimRecord
 from biocheck.evaluate.systems import prompts
 from biocheck.evaluate.systems.trace import Trace, fingerprint
@@ -53,21 +53,10 @@ _WORD = re.compile(r"[^\W_]+")
 @dataclass
 class FIREConfig:
     max_steps: Count = 5  # searches at most (each step: answer or search), then a forced answer
-    similarity: float = 0.9  # bag-of-words cosine at or above which a query / its evidence counts as a repeat
+    similarity: PositiveShare = 0.9  # bag-of-words cosine at or above which a query / its evidence counts as a repeat
     max_retries: NonNegative = 10  # re-asks per step after a reply that is neither a search nor an answer
     abstract_chars: Count | None = None  # cut each abstract the model reads (as agent.abstract_chars)
 
-    def __post_init__(self) -> None:
-        for name in ("max_steps", "max_retries"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "max_steps" else 0):
-                raise ValueError(f"fire.{name} must be an integer >= {1 if name == 'max_steps' else 0}, not {value!r}")
-        if isinstance(self.similarity, bool) or not isinstance(self.similarity, (int, float)) \
-                or not 0 < self.similarity <= 1:
-            raise ValueError(f"fire.similarity must be a cosine in (0, 1] (e.g. 0.9), not {self.similarity!r}")
-        if self.abstract_chars is not None and (not isinstance(self.abstract_chars, int) or self.abstract_chars < 1):
-            raise ValueError(f"fire.abstract_chars must be >= 1 (or null for the whole abstract), "
-                             f"not {self.abstract_chars!r}")
 
 
 def bag(text: str) -> Counter[str]:
