@@ -2,7 +2,7 @@
 and `audit_stage`), the configs of the stages above the build layer, `wiring` (train, select, evaluate, orchestrate,
 audit), and what those stages need (the training setup, the evaluation's model policy and setup).
 
-Only `cli.py` (and through it DVC), the Prefect flows in `flows/` and the benchmarks in `bench/` import it;
+Only `cli/` (and through it DVC), the Prefect flows in `flows/` and the benchmarks in `bench/` import it;
 the configs and components below it are `biocheck.wiring`'s. Each stage function takes the params (a file
 path or an already loaded dict) plus command-line overrides, runs the stage and records it in MLflow.
 """
