@@ -175,7 +175,7 @@ def test_a_full_disk_is_one_line_not_a_traceback(exc, capsys):
     """A stage that fills the device mid-write (a checkpoint) ends in one line saying what to do, exit 1."""
     import typer
 
-    from biocheck.cli import _run
+    from biocheck.cli.errors import _run
 
     def stage():
         raise exc
@@ -188,7 +188,7 @@ def test_a_full_disk_is_one_line_not_a_traceback(exc, capsys):
 
 
 def test_other_errors_are_not_taken_for_a_full_disk():
-    from biocheck.cli import _run
+    from biocheck.cli.errors import _run
     from biocheck.io import disk_full
 
     def stage():

@@ -12,8 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from biocheck import cli
-from biocheck.cli import app
+from biocheck.cli import app, options
 
 runner = CliRunner()
 
@@ -89,9 +88,9 @@ def test_the_choices_agree_with_their_modules():
     from biocheck.labels import Label
     from biocheck.rewards.components import Variant
 
-    assert get_args(Variant) == cli.VARIANTS
-    assert sorted(cli.BACKENDS) == sorted(BACKENDS)
-    assert tuple(Label.__members__) == cli.GOLD_LABELS
+    assert get_args(Variant) == options.VARIANTS
+    assert sorted(options.BACKENDS) == sorted(BACKENDS)
+    assert tuple(Label.__members__) == options.GOLD_LABELS
 
 
 def test_the_texts_the_issue_found_wrong():
@@ -99,3 +98,11 @@ def test_the_texts_the_issue_found_wrong():
     assert "models/sft" in train and "models/base" not in train  # it starts from the SFT warm start
     profile = help_of(("profile",))
     assert "59 min" in profile  # the README's measured time is the one the help cites
+
+
+def test_the_commands_keep_their_order():
+    """`biocheck --help` lists the commands in the order biocheck/cli/__init__.py imports their modules."""
+    block = help_of(()).split("Commands:\n", 1)[1].split("\n\n", 1)[0]
+    assert [line.split()[0] for line in block.splitlines()] == [
+        "version", "search", "check", "score", "sft", "train", "select", "evaluate",
+        "data", "evidence", "model", "judge", "profile", "reward", "study", "report"]

@@ -40,6 +40,26 @@ def test_every_error_of_the_package_derives_from_the_one_root():
     assert {cls.__name__ for cls in classes.values()} >= INTERNAL, "an internal error listed here no longer exists"
 
 
+def test_the_cli_prints_any_error_of_the_root_as_one_line_and_exit_1(capsys):
+    import typer
+
+    from biocheck.cli.errors import _run
+
+    class Fresh(BioCheckError):  # an error class nobody listed anywhere
+        pass
+
+    def stage():
+        raise Fresh("data/x.jsonl: no claims; run `dvc repro prepare`")
+
+    try:
+        _run(stage)
+    except typer.Exit as e:
+        assert e.exit_code == 1
+    else:
+        raise AssertionError("_run let the error through")
+    assert capsys.readouterr().err.strip().splitlines() == ["error: data/x.jsonl: no claims; run `dvc repro prepare`"]
+
+
 def test_the_flows_entry_prints_any_error_of_the_root_as_its_own_line():
     class Fresh(BioCheckError):  # an error class nobody listed anywhere
         pass

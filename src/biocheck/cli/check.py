@@ -1,0 +1,215 @@
+"""`biocheck check`: fact-check one claim or a batch, the report in the chosen format, and the run in MLflow
+with --mlflow."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from biocheck.aliases import CHAMPION
+from biocheck.cli.base import app
+from biocheck.cli.console import _echo, err
+from biocheck.cli.errors import _fail, _run
+from biocheck.cli.options import BACKENDS, FORMATS, ParamsOpt
+from biocheck.params import plain
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    claim: Annotated[str | None, typer.Argument(help="The claim to fact-check (or use --claims).")] = None,
+    llm: Annotated[str | None, typer.Option(
+        help="Model spec: transformers:<id|path|models:/NAME@ALIAS>, openai:<model>, vllm:<model>, "
+             "scripted:<file> [default: when agent.llm is the base model, the registry's champion "
+             "(models:/<select.registered_model>@champion) if there is one, else the selected checkpoint "
+             "(select.out_dir) if there is one, else agent.llm].")] = None,
+    search_backend: Annotated[Literal[BACKENDS] | None, typer.Option(
+        "--search", help="Search backend (see `biocheck search --help`) [default: search.backend].")] = None,
+    max_searches: Annotated[int | None, typer.Option(help="Search budget [default: agent.max_searches].")] = None,
+    fmt: Annotated[Literal[FORMATS], typer.Option("--format", help="Report format.")] = "md",
+    trace: Annotated[Path | None, typer.Option(help="Write the whole episode (trace) as JSON here.")] = None,
+    claims: Annotated[Path | None, typer.Option(
+        help="Batch: a JSONL file of claims (prepared records or {\"claim\": ...} per line).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Batch: folder for one trace per claim + summary.json.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Batch: episodes in parallel [default: agent.workers].")] = None,
+    mlflow_log: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="Log the run (and traces) to MLflow.")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Fact-check a claim: the agent searches, then prints its report.
+
+    The agent analyses the claim, runs up to agent.max_searches PubMed queries through the search
+    backend, and writes a report: supporting and refuting evidence (PMID, verbatim quote, context),
+    a summary and a conclusion (SUPPORTED, REFUTED or NOT ENOUGH INFORMATION). --trace saves the
+    episode (messages, tool calls, results, ledger of retrieved papers, raw final text, parsed report,
+    parse problems, model and prompt hashes). The model used is said on stderr and named in the report.
+    Which model, when neither --llm nor agent.llm names one other than the base model: the model
+    registry's champion (models:/biocheck-agent@champion) when there is one, else the selected checkpoint
+    (models/selected, the newest selection, champion or not), else models/base.
+    If the model fails (server unreachable, prompt longer than its context) the command says so and
+    exits 1.
+
+    Batch: --claims FILE.jsonl --out DIR writes one trace per claim into DIR (named after the claim id)
+    and DIR/summary.json, with a progress bar and --workers episodes in parallel. A rerun reuses a
+    trace only when the claim, model, prompts, agent/search settings and evidence index are unchanged;
+    a claim whose text changed runs again. DIR holds one run: another model, prompt, setting or index
+    into it is refused (give it a new --out). Claims whose model failed (unreachable, a malformed
+    answer, agent.request_timeout_s run out) are listed under "failed" in summary.json (exit code 1).
+    """
+    from biocheck.agent.run import (
+        choose_llm,
+        describe_model,
+        episode_error,
+        read_claims,
+        run_batch,
+        text_problem,
+        write_trace,
+    )
+    from biocheck.params import raw_section
+    from biocheck.pipeline import select_config
+    from biocheck.wiring import agent as make_agent
+    from biocheck.wiring import params_of
+
+    if (claim is None) == (claims is None):
+        _fail("give either a CLAIM or --claims FILE.jsonl --out DIR (see `biocheck check --help`).", code=2)
+    if claim is not None and not claim.strip():
+        _fail('the claim is empty: give the claim to check, e.g. biocheck check "Vitamin D prevents fractures."',
+              code=2)
+    if claim is not None and text_problem(claim):  # no trace, report or server could hold it
+        _fail(f"the claim {text_problem(claim)}; give it as UTF-8 text.", code=2)
+    if claims is not None and out is None:
+        _fail("--claims needs --out DIR for the traces.", code=2)
+    # Refuse unusable outputs and inputs before the model loads and any episode runs: a file or a folder of the
+    # wrong kind, a device, FIFO or socket, a name too long, a place that cannot be written (read-only).
+    from biocheck.outputs import claim_file, claim_folder
+
+    if trace is not None:
+        _run(claim_file, trace, "--trace")
+    if out is not None:
+        _run(claim_folder, out, "--out")
+    todo = _run(read_claims, claims) if claims is not None else None
+    p = _run(params_of, params)
+    select_cfg = _run(select_config, p)
+
+    def champion() -> tuple[str, str] | None:  # models/selected is not a model the user gave: the champion first
+        from biocheck.train.registry import champion_version
+
+        name = select_cfg.registered_model
+        version = champion_version(name)
+        if version is None:
+            return None
+        return f"transformers:models:/{name}@{CHAMPION}", f"the registry's {CHAMPION} ({name} version {version})"
+
+    spec, source = choose_llm(llm, _run(raw_section, p, "agent").get("llm"), select_cfg.out_dir, champion)
+    agent, agent_cfg, search_cfg = _run(make_agent, p, search={"backend": search_backend}, llm=spec,
+                                        max_searches=max_searches, workers=workers)
+    model = describe_model(agent.llm.spec, agent.llm_fingerprint)
+    err.print(f"model: {model}, from {source}", markup=False, highlight=False, soft_wrap=True)
+    meta = {"model": model, "llm": agent.llm.spec, "llm_fingerprint": agent.llm_fingerprint,
+            "prompt_hash": agent.prompts_hash, "search": search_cfg.backend}
+    with _maybe_mlflow(mlflow_log, p, {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta},
+                       {"model_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash}):
+        if todo is not None:
+            summary = _run(run_batch, agent, todo, out, workers=agent_cfg.workers, progress=sys.stderr.isatty(),
+                           search=plain(search_cfg),
+                           on_interrupt=f"interrupted; the traces of the claims that finished are kept in {out} "
+                                        "(its summary.json is written when a batch ends); rerun the same command to "
+                                        "resume: those claims are reused and the rest run.")
+            _log_metrics(mlflow_log, summary, artifacts=out)
+            _log_traces(mlflow_log, folder=out)
+            err.print(json.dumps(summary, indent=2), markup=False, highlight=False)
+            if summary["failed"]:
+                first = summary["failed"][0]
+                _fail(f"{len(summary['failed'])} of {len(todo)} claims failed (listed under 'failed' in "
+                      f"{out / 'summary.json'}; rerun to retry them); first: {first['id']}: {first['error']}")
+            return
+        if not ctx.find_root().params.get("quiet"):
+            agent.on_search = _say_search  # one stderr line per search as it ends: a long claim shows life
+        episode = _run(agent.run, claim)
+        error = episode_error(episode)
+        if error is not None:  # an empty report with exit 0 would read as "the model found nothing"
+            _fail(f"the model failed: {error}")
+        if trace:
+            _run(write_trace, episode, trace)
+        _log_metrics(mlflow_log, {"searches": episode.searches, "parse_problems": len(episode.parse_problems)},
+                     artifacts=trace)
+        _log_traces(mlflow_log, episode=episode)
+    _echo(_render(episode, fmt, meta))
+
+
+def _say_search(n: int, budget: int, record) -> None:
+    """`search 2/5: "statin AND myopathy" -> 3 hits` (record: the agent's QueryRecord, None for a malformed call)."""
+    if record is None:
+        line = f"search {n}/{budget}: a malformed call (no query), not run"
+    else:
+        found = f"error: {record.error}" if record.error else f"{record.n_results} hit{'' if record.n_results == 1 else 's'}"
+        query = " ".join(record.query.split())  # one line, whatever the model wrote
+        line = f'search {n}/{budget}: "{query[:200]}{"…" if len(query) > 200 else ""}" -> {" ".join(found.split())}'
+    err.print(line, markup=False, highlight=False, soft_wrap=True, emoji=False)
+
+
+def _render(episode, fmt: str, meta: dict) -> str:
+    """The report in `fmt`; each format names the model (meta["model"]) that wrote it."""
+    from biocheck.agent.report.render import render_html, render_json, render_markdown
+    from biocheck.agent.report.schema import ParsedReport
+    from biocheck.agent.report.writer import format_report
+
+    parsed = ParsedReport(report=episode.report, problems=episode.parse_problems)
+    if fmt == "json":
+        return render_json(parsed, meta=meta)
+    if fmt == "html":
+        return render_html(episode.report, episode.ledger, episode.claim, problems=episode.parse_problems, meta=meta,
+                           queries=episode.queries)
+    text = render_markdown(episode.report, ledger=episode.ledger, claim=episode.claim, queries=episode.queries)
+    head = f"# BioCheck report\n\n**Claim:** {episode.claim}\n"
+    if meta.get("model") and text.startswith(head):
+        text = f"{head}\n**Model:** {meta['model']}\n{text[len(head):]}"
+    if episode.parse_problems:
+        text += "\n\n> Parse problems: " + "; ".join(episode.parse_problems)
+    return text if text.strip() else format_report(episode.report)
+
+
+def _maybe_mlflow(enabled: bool, p: dict, params: dict, tags: dict):
+    """`check --mlflow`: a run `check` in the eval experiment (params.yaml tracking:)."""
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext()
+    from biocheck import tracking
+    from biocheck.wiring import tracked
+
+    track = _run(tracked, p)
+
+    @contextlib.contextmanager
+    def check_run():
+        with track, tracking.run("check", params=params, tags=tags) as active:
+            yield active
+
+    return check_run()
+
+
+def _log_metrics(enabled: bool, metrics: dict, artifacts: Path | None = None) -> None:
+    if not enabled:
+        return
+    from biocheck import tracking
+
+    tracking.log_metrics({k: v for k, v in metrics.items() if not isinstance(v, dict)})
+    if artifacts is not None:
+        tracking.log_artifacts(artifacts, artifact_path="traces")  # secrets blanked from the copies
+
+
+def _log_traces(enabled: bool, episode=None, folder: Path | None = None) -> None:
+    """`check --mlflow`: the episode, or the first tracking.trace_samples of a batch, as MLflow traces."""
+    if not enabled:
+        return
+    from biocheck import tracking
+    from biocheck.agent.tracing import log_episode, log_folder
+
+    if episode is not None:
+        log_episode(episode)
+    elif folder is not None:
+        log_folder(folder, tracking.current().config.trace_samples)
+
