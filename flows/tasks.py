@@ -4,7 +4,7 @@ DVC decides whether a stage is up to date, caches its outputs and records the ru
 adds retries (network stages), timeouts, logs and UI artifacts. Which stages a flow runs, and in what order,
 is read from dvc.yaml through DVC's own graph (biocheck.orchestration.plan): `run_stages` runs them, each as
 the task `task_for(stage)` gives. The area flows (data.py, evidence.py, train.py) and the pipeline flow
-(pipeline.py) call these, never a second copy of a stage.
+(pipeline/) call these, never a second copy of a stage.
 
 Timeouts (TIMEOUT_S) are upper bounds for the paper profile on one GPU host, far above the quickstart's
 minutes; a stage that reaches one is stopped (DVC and its command), fails the run, and its rerun resumes

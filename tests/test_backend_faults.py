@@ -213,8 +213,11 @@ def test_check_cli_against_a_stalled_server_fails_with_one_line_naming_the_setti
 
 @pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan")])
 def test_a_request_timeout_that_is_not_a_positive_number_is_refused(value):
-    with pytest.raises(ValueError, match="agent.request_timeout_s"):
-        AgentConfig(request_timeout_s=value)
+    from biocheck.io import InputError
+    from biocheck.params import section
+
+    with pytest.raises(InputError, match=r"section 'agent': agent\.request_timeout_s must be "):  # bounds.py
+        section({"agent": {"request_timeout_s": value}}, "agent", AgentConfig)
 
 
 def test_request_timeout_is_how_not_what_so_it_never_reruns_a_trace(tmp_path):

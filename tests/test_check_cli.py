@@ -323,7 +323,7 @@ def _setup_bad_input(workdir, case: str) -> list[str]:
     ("args_json_list", ["bad.json", "turn 0, tool call 0", "arguments"]),
     ("blank_claim", ["claim is empty"]),
     ("workers", ["agent.workers", ">= 1"]),
-    ("agent.abstract_chars=-5", ["agent.abstract_chars", "null"]),
+    ("agent.abstract_chars=-5", ["agent.abstract_chars", ">= 1"]),
     ("agent.abstract_chars=0", ["agent.abstract_chars"]),
     ("agent.max_new_tokens=0", ["agent.max_new_tokens", ">= 1"]),
     ("agent.temperature=-0.5", ["agent.temperature", ">= 0"]),

@@ -24,6 +24,7 @@ from biocheck.evidence.search import SearchConfig, ToolOutput, article_dict
 from biocheck.evidence.types import Article
 from biocheck.labels import DISPLAY, Label
 from biocheck.llm.base import AssistantTurn, LLMError, ToolCall
+from biocheck.params import check_nested
 from biocheck.wiring import make_search_tool
 
 CLAIM = ClaimRecord(id="7", dataset="scifact", split="test", claim="Vitamin D supplementation reduces hip fractures.",
@@ -220,8 +221,8 @@ def test_cer_refuses_settings_that_cannot_hold(evidence, boolean_tool, bm25_tool
         CER(FakeChat(["x"]), narrow)
     with pytest.raises(ValueError, match="cer.ranker"):
         CERConfig(ranker="tfidf")
-    with pytest.raises(ValueError, match="cer.sentences"):
-        CERConfig(sentences=0)
+    with pytest.raises(ValueError, match=r"^evaluate\.cer\.sentences must be >= 1, not 0$"):  # bounds.py
+        check_nested(CERConfig, {"sentences": 0}, "evaluate.cer")
     with pytest.raises(ValueError, match="cannot load encoder"):
         CER(FakeChat(["x"]), bm25_tool, CERConfig(ranker="encoder:/no/such/model"))
 
@@ -343,10 +344,11 @@ def test_fire_llm_error_mid_episode_ends_it():
     assert ep.llm_calls == 2 and tool.ran == ["aspirin"]
 
 
-def test_fire_config_errors():
+def test_fire_config_errors():  # the bounds are the fields' types (bounds.py), checked as evaluate.fire is read
     for bad in ({"max_steps": 0}, {"similarity": 0}, {"similarity": 1.5}, {"max_retries": -1}, {"abstract_chars": 0}):
-        with pytest.raises(ValueError, match="fire."):
-            FIREConfig(**bad)
+        key = next(iter(bad))
+        with pytest.raises(ValueError, match=rf"^evaluate\.fire\.{key} must be "):
+            check_nested(FIREConfig, bad, "evaluate.fire")
 
 
 # -- fingerprints ------------------------------------------------------------------------------------

@@ -261,7 +261,7 @@ def test_an_error_from_a_params_file_names_that_file(tmp_path):
 def test_an_error_from_an_override_names_the_option_not_the_file(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("search: {max_results: 3}\n")
-    with pytest.raises(InputError, match=r"^-n 0: search.max_results: 0 must be between") as e:
+    with pytest.raises(InputError, match=r"^-n 0: search.max_results must be >= 1, not 0$") as e:
         b.search_config(b.params_of(path), options={"max_results": "-n"}, max_results=0)
     assert "mine.yaml" not in str(e.value)
     with pytest.raises(InputError, match=r"^--max-results 0: "):  # the default option name

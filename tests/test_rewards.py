@@ -340,9 +340,14 @@ def test_episode_view_accepts_plain_data():
 
 
 def test_config_validation():
-    for bad in ({"variant": "grpo"}, {"beta1": -1}, {"alpha": 0}, {"threshold": 1.5}, {"beta2": float("nan")}):
-        with pytest.raises(ValueError):
-            RewardConfig(**bad)
+    with pytest.raises(ValueError):
+        RewardConfig(variant="grpo")
+    from biocheck.io import InputError
+    from biocheck.wiring import reward_config
+
+    for bad in ({"beta1": -1}, {"alpha": 0}, {"threshold": 1.5}, {"beta2": float("nan")}):  # bounds.py
+        with pytest.raises(InputError, match=rf"reward\.{next(iter(bad))} must be "):
+            reward_config({"reward": bad})
 
 
 def test_score_many_sends_every_needed_pair_in_one_call():

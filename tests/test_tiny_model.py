@@ -213,11 +213,18 @@ def test_bad_corpus_is_a_clear_error(tmp_path, content, match):
     assert not (tmp_path / "model").exists()
 
 
-@pytest.mark.parametrize("kw", [{"num_attention_heads": 4, "num_key_value_heads": 3}, {"vocab_size": 100},
-                                {"max_docs": 0}, {"hidden_size": 0}])
+@pytest.mark.parametrize("kw", [{"num_attention_heads": 4, "num_key_value_heads": 3}, {"vocab_size": 100}])
 def test_bad_config_values(tmp_path, kw):
     with pytest.raises(ValueError):
         TinyModelConfig(out_dir=tmp_path, **kw)
+
+
+@pytest.mark.parametrize("kw", [{"max_docs": 0}, {"hidden_size": 0}])
+def test_bad_sizes_are_refused_where_params_are_read(kw):  # the bounds are the fields' types (bounds.py)
+    from biocheck.params import check_nested
+
+    with pytest.raises(ValueError, match=rf"^tiny\.{next(iter(kw))} must be >= 1, not 0$"):
+        check_nested(TinyModelConfig, kw, "tiny")
 
 
 def test_unknown_chat_template_name(tmp_path, corpus):

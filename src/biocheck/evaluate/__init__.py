@@ -1,1 +1,1 @@
-"""Measuring the agent: metrics over labels and evidence (metrics.py) and scoring saved traces (score.py)."""
+"""Measuring the agent: metrics over labels and evidence (biocheck.measures) and scoring saved traces (score.py)."""

@@ -1,7 +1,7 @@
 """The evaluation's numbers, from `Prediction`s: per-system metrics, paired tests against the reference
 system, DVC plot data and MLflow runs.
 
-Classification follows metrics.py (scikit-learn's definitions, None = wrong). Every dict returned
+Classification follows biocheck.measures (scikit-learn's definitions, None = wrong). Every dict returned
 has the same keys for every system and dataset, with None where a number does not apply (EQS of a system
 that writes no report, an interval with no resamples), so `dvc metrics diff` and MLflow's compare view
 line the systems up. Intervals are {"lo", "hi"} dicts rather than pairs: DVC and MLflow read numbers only.

@@ -3,7 +3,7 @@ full pass that writes the results.
 
 A shard runs its claims through the harness, which caches every episode as a trace under the evaluation
 folder (atomically, one file per claim) and writes nothing else. The full pass is the ordinary evaluation
-(evaluate/stage.py) over every claim: it finds every episode cached and writes the predictions, metrics,
+(evaluate/evaluation.py) over every claim: it finds every episode cached and writes the predictions, metrics,
 plots, gallery and MLflow runs exactly as a serial run does. So the results are the serial results by
 construction, and nothing is written twice. Shards are contiguous runs of claims in claim order
 (`split`), so the same inputs always give the same shards.

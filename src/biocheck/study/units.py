@@ -5,7 +5,7 @@ stage run: `train@<variant>-<seed>` trains one reward variant with one seed from
 warm start, or the base model when the profile has none) for `study.steps` GRPO steps; `evaluate@...` selects
 that run's best checkpoint by validation reward (as `biocheck select` does) and evaluates it as the BioCheck
 agent on the study's held-out claims; `evaluate_start` evaluates the start on the same claims; `analyze`
-turns every unit's predictions into one answer (evaluate/study.py) with its uncertainty.
+turns every unit's predictions into one answer (study/analysis.py) with its uncertainty.
 
 Why DVC `matrix` stages, not `dvc exp run --queue`: every unit is then a stage of the one workspace, with its
 own dvc.lock entry, so `dvc repro` skips a finished unit (a killed study restarts with the finished units

@@ -1,5 +1,5 @@
 """The components every driver shares, built from typed configs: the search tool, the agent's prompts, the
-agent, the judge. Training (train/stage.py), evaluation (evaluate/systems), `biocheck check` and the
+agent, the judge. Training (train/training.py), evaluation (evaluate/systems), `biocheck check` and the
 benchmarks build them here, so the agent that is trained is the agent that is evaluated."""
 
 from __future__ import annotations

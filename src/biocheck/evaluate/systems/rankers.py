@@ -1,6 +1,6 @@
 """Sentence rankers for the CER baseline: `rank(claim, sentences, k)` -> indices of the k best, best first.
 
-  bm25               the project's own BM25 (the local search engine, pubmed/local.py: tantivy with the
+  bm25               the project's own BM25 (the local search engine, evidence/local.py: tantivy with the
                      index's analyzers) over the sentences, built in memory per claim (~40 ms for a
                      few hundred sentences). Sentences no claim word matches follow in their given
                      order, so k sentences come back whenever there are k.
