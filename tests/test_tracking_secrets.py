@@ -78,8 +78,8 @@ def test_a_large_file_is_streamed_and_a_secret_across_two_chunks_is_still_found(
     as it is when it holds no secret, and refused when one straddles a chunk boundary."""
     secret = "sk-5ecret-openai-4e5f6a7b"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
-    monkeypatch.setattr(tracking, "_TEXT_MAX", 64)
-    monkeypatch.setattr(tracking, "_CHUNK", 32)
+    monkeypatch.setattr(tracking.logs, "_TEXT_MAX", 64)  # where copy_redacted reads them
+    monkeypatch.setattr(tracking.logs, "_CHUNK", 32)
     clean = tmp_path / "clean.bin"
     clean.write_bytes(bytes(range(256)) * 4)
     assert tracking.copy_redacted(clean, tmp_path / "out" / "clean.bin")

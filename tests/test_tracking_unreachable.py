@@ -110,3 +110,26 @@ def test_evaluate_writes_its_metrics_with_one_warning_line(project, monkeypatch)
     metrics = json.loads((project / "reports" / "eval_metrics.json").read_text())
     assert metrics["no_retrieval"]["scifact"]["n"] == 3
     assert (project / "eval" / "predictions" / "no_retrieval" / "healthfc.jsonl").is_file()
+
+
+def test_the_store_object_holds_what_was_probed_and_given_up_for_one_stage(tmp_path, monkeypatch, capsys):
+    """tracking.store.STORE is this process's only tracking state: a give-up turns tracking off until the next
+    stage's context (which probes afresh); STORE.reset() is a fresh process's state, for tests."""
+    from biocheck.tracking.store import STORE
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'gone' / 'mlflow.db'}")
+    monkeypatch.delenv("BIOCHECK_TRACKING", raising=False)
+    with tracking.context(profile="p"):
+        assert tracking.store_problem() == f"its folder {tmp_path / 'gone'} does not exist"
+        with tracking.guard("logging metrics"):
+            raise tracking.Unavailable(tracking.store_problem())
+        assert not tracking.enabled() and tracking.current().profile == "p"
+        (tmp_path / "gone").mkdir()
+        assert tracking.store_problem() is not None  # probed once per stage
+    assert capsys.readouterr().err.count("warning: MLflow tracking off: logging metrics at sqlite:///") == 1
+    with tracking.context():
+        assert tracking.enabled() and tracking.store_problem() is None  # the next stage tries again
+        STORE.give_up("x", RuntimeError("down"))
+        assert not tracking.enabled()
+        STORE.reset()
+        assert tracking.enabled() and not STORE.probed and tracking.current().profile is None

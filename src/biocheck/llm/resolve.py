@@ -216,7 +216,7 @@ def _downloaded(uri: str, model_id: str) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{model_id}-", dir=folder.parent))
         try:
             mlflow.set_tracking_uri(tracking.tracking_uri())
-            tracking.use_project_artifacts()  # the project's own artifact locations (tracking.py)
+            tracking.use_project_artifacts()  # the project's own artifact locations (tracking/artifacts.py)
             mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{model_id}", dst_path=str(tmp),
                                                 tracking_uri=tracking.tracking_uri())
             os.replace(tmp, folder)
