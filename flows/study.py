@@ -86,7 +86,7 @@ def unit_task(stage: str, root: str, deployment: str | None) -> dict[str, Any]:
 
 @flow(name="biocheck-study", log_prints=True)
 def study_flow(params: str = "params.yaml", root: str = ".", ignore_gate: bool = False) -> dict[str, Any]:
-    """The reward audit of the start and the study's gate (biocheck.study.check_gate: no training unless
+    """The reward audit of the start and the study's gate (biocheck.study.units.check_gate: no training unless
     R_evidence varies in study.min_evidence_signal of the start's SUPPORTED and REFUTED groups; `ignore_gate`
     warns instead), then every unit of params.yaml `study:` (training, evaluation of each selected checkpoint
     and of the start), then the analysis: metrics/study.json, reports/study/index.html, MLflow `study <name>`."""

@@ -1,4 +1,4 @@
-"""The study's gate (biocheck.study.gate): no training unit runs unless the reward audit of the start finds R_evidence
+"""The study's gate (biocheck.study.units.check_gate): no training unit runs unless the reward audit of the start finds R_evidence
 varying in at least study.min_evidence_signal of its SUPPORTED and of its REFUTED groups; --ignore-gate overrides
 it with a warning. Checked on written audit reports, through `run_local` with DVC recorded, the CLI and the flow."""
 

@@ -60,7 +60,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 def init_model(cfg: ModelConfig, prompts: Sequence[str] = ()) -> dict[str, Any]:
     """Build or copy the base model into cfg.out_dir; `prompts`: the agent's prompt texts, which the tiny
-    model's tokenizer is trained on (the caller passes them: models sit below the agent)."""
+    model's tokenizer is trained on (the caller passes them: base_model imports nothing from the agent)."""
     claim_dir(cfg.out_dir, *OUTPUT)  # before any build or download: a wrong --out-dir is never wiped
     if cfg.base == "tiny":
         from biocheck.base_model.tiny import TinyModelConfig, build_tiny_model

@@ -3,7 +3,7 @@
 index.html holds the metric table with 95% intervals, the paired tests against the reference system, the
 plots (inline SVG) and one row per claim with every system's verdict, filterable by dataset, system, gold
 label and right/wrong. claims/<dataset>/<safe id>.html shows one claim: each system's verdict beside the
-gold label and each report exactly as `biocheck check --format html` renders it (report/render.py), inside
+gold label and each report exactly as `biocheck check --format html` renders it (agent/report/render.py), inside
 a sandboxed frame that runs no scripts. No network, no CDN: CSS, JavaScript and plots are inline.
 
 The index and every claim page start with where the numbers come from: the profile, the commit (with

@@ -7,7 +7,7 @@ A report cites evidence items (side, PMID, verbatim quote). Each item is mapped 
   PubMed id is matched to the corpus document whose title has the same normal form as the retrieved
   paper's title; anything else is a document outside the corpus (never evidence);
 - the quote is located in the document's abstract (sentences joined by one space, as the index shows
-  them) with the grounding rule (`report.quotes.find_quote`: case, quote marks, dashes and spacing
+  them) with the grounding rule (`agent.report.quotes.find_quote`: case, quote marks, dashes and spacing
   forgiven, nothing else), and selects every sentence its span overlaps: an exact sentence, a part of
   one, or a passage across two;
 - a quote that is not in the abstract (invented, paraphrased, or from the title) selects one sentence

@@ -68,7 +68,7 @@ class TrackingConfig:
 
 @dataclass
 class Context:
-    """What the runs of one stage share (pipeline.py sets it per stage; tests and ad-hoc calls get defaults)."""
+    """What the runs of one stage share (the pipeline package sets it per stage, through wiring.tracked; tests and ad-hoc calls get defaults)."""
 
     config: TrackingConfig = field(default_factory=TrackingConfig)
     profile: str | None = None

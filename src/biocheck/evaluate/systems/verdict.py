@@ -1,6 +1,6 @@
 """Reading a baseline's verdict (a label, not a report) from the model's text.
 
-The report parser is the one reader of labels (report.parse: "Answer: REFUTED", "**Conclusion:**
+The report parser is the one reader of labels (agent.report.parse: "Answer: REFUTED", "**Conclusion:**
 Supported", a bare last line, a "## Conclusion" section, text after a <think> block, every spelling
 of NOT ENOUGH INFORMATION); a label-only answer only drops its notes about missing report sections.
 When no such line exists, one label stated in the text, and only one, is taken ("The claim is
