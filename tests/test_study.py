@@ -486,8 +486,14 @@ def _git_project(tmp_path: Path, raw_dir: Path, tiny_model: Path) -> tuple[Path,
 
 
 def _locked(work: Path) -> set[str]:
+    """The stages study/dvc.lock records; none while DVC is still writing it (it rewrites the file in place,
+    so a poll can read it empty or cut short)."""
     lock = work / "study" / "dvc.lock"
-    return set(yaml.safe_load(lock.read_text())["stages"]) if lock.is_file() else set()
+    try:
+        data = yaml.safe_load(lock.read_text()) if lock.is_file() else None
+    except yaml.YAMLError:
+        return set()
+    return set(data.get("stages") or {}) if isinstance(data, dict) else set()
 
 
 @pytest.mark.slow  # ~3 min: 10 DVC stages, each a fresh `biocheck` process on the tiny model
@@ -501,9 +507,9 @@ def test_a_study_runs_through_dvc_and_a_killed_one_resumes_without_redoing_units
     first = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
-    while "train@eg_grpo-0" not in _locked(work) and first.poll() is None and time.monotonic() < deadline:
+    while "train@eg_grpo-0" not in (locked := _locked(work)) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert "train@eg_grpo-0" in _locked(work), first.communicate()[0][-3000:]
+    assert "train@eg_grpo-0" in locked, first.communicate()[0][-3000:]
     os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: DVC stops the unit it is running
     text = first.communicate(timeout=120)[0]
     # Ctrl-C: exit 130 and one line of its own (the lines DVC relays, logged as INFO, are the stage's output)
