@@ -59,7 +59,7 @@ test: setup
 	pytest $(PYTEST_ARGS)
 
 # Every deployment's entry flow (prefect.yaml) with its default parameters on a fresh, small project, under a
-# local Prefect API: what the weekly schedule and a user's `prefect deployment run` do (tests/test_flow_e2e.py).
+# local Prefect API: what the weekly schedule and a user's `prefect deployment run` do (tests/orchestration/test_flows_e2e.py).
 e2e: setup
 	pytest -m 'e2e or slow' $(PYTEST_ARGS)
 

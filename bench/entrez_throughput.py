@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]  # run as a plain script; tests/ holds the fake server
 
-from tests.fake_eutils import FakeEutils
+from tests.helpers.fake_eutils import FakeEutils
 
 from biocheck.evidence.entrez import EntrezClient
 

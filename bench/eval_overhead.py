@@ -139,7 +139,7 @@ def main() -> int:
     result: dict = {"loadavg_before": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
                     "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                     "systems": {},
-                    "corpus_used": str(args.corpus) if args.corpus.exists() else "tests/builders.py CORPUS (5 abstracts)"}
+                    "corpus_used": str(args.corpus) if args.corpus.exists() else "tests/helpers/builders.py CORPUS (5 abstracts)"}
     with tempfile.TemporaryDirectory(prefix="eval-overhead-") as tmp:
         workdir = Path(tmp)
         search = build_index(args.corpus, workdir)

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from tests.fake_openai import FakeOpenAI, assistant  # noqa: E402
+from tests.helpers.fake_openai import FakeOpenAI, assistant  # noqa: E402
 
 from biocheck.agent.episode import AgentConfig  # noqa: E402
 from biocheck.data.schema import ClaimRecord  # noqa: E402
@@ -77,7 +77,7 @@ def build_index(corpus: Path | None, workdir: Path) -> SearchConfig:
     from biocheck.evidence.build import EvidenceConfig, build_evidence
 
     if corpus is None or not corpus.exists():
-        from tests.builders import CORPUS
+        from tests.helpers.builders import CORPUS
 
         corpus = workdir / "corpus.jsonl"
         corpus.write_text("".join(json.dumps({"id": str(d["doc_id"]), "title": d["title"], "abstract": d["abstract"],
@@ -151,7 +151,7 @@ def measure(name: str, llm: str, agent_cfg: AgentConfig, search: SearchConfig, c
 
 def tiny_model(workdir: Path) -> Path:
     """The tests' tiny Qwen3 (vocab 600, hidden 64, 2 layers), built into `workdir` (a few seconds)."""
-    from tests.builders import build_tiny_model
+    from tests.helpers.builders import build_tiny_model
 
     return build_tiny_model(workdir)
 
@@ -194,7 +194,7 @@ def main() -> int:
                                 "loadavg_before": [round(x, 2) for x in os.getloadavg()]},
                     "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                     "server": {}, "transformers": {},
-                    "corpus_used": str(args.corpus) if args.corpus.exists() else "tests/builders.py CORPUS (5 abstracts)"}
+                    "corpus_used": str(args.corpus) if args.corpus.exists() else "tests/helpers/builders.py CORPUS (5 abstracts)"}
     with tempfile.TemporaryDirectory(prefix="eval-throughput-") as tmp:
         workdir = Path(tmp)
         search = build_index(args.corpus, workdir)

@@ -2,7 +2,7 @@
 
 `parse_report` runs on every episode (inference, training rewards, evaluation): a typical report
 should cost about a millisecond, small next to a model turn, and no input more than linear time. The test suite
-checks linearity as a ratio (tests/test_report_parse.py); the absolute numbers live here.
+checks linearity as a ratio (tests/agent/report/test_parse.py); the absolute numbers live here.
 
     .venv/bin/python bench/parse_speed.py [--calls 2000] [--json out.json]
 """

@@ -1,4 +1,4 @@
-"""The hashed lock files: `make lock` writes them from pyproject.toml, tests/test_lock.py checks them.
+"""The hashed lock files: `make lock` writes them from pyproject.toml, tests/project/test_lock.py checks them.
 
     requirements/cpu.txt   runtime + dev, PyTorch's CPU build: the README, `make setup`, CI, cpu workers
     requirements/gpu.txt   runtime + gpu + dev, torch as vLLM pins it (PyPI's CUDA build): gpu workers

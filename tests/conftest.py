@@ -5,13 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders import write_raw
+from tests.helpers.builders import write_raw
+from tests.helpers.paths import REPO
+
+# Fixtures that tests in several folders use, each defined once in a helper module.
+pytest_plugins = ["tests.helpers.checkpoints", "tests.helpers.cli", "tests.helpers.eval_project", "tests.helpers.projects",
+                  "tests.helpers.refresh", "tests.helpers.tiny"]
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-REPO = Path(__file__).resolve().parents[1]
 _MIRROR = os.environ.get("BIOCHECK_DATA_MIRROR", "").strip()
 MIRROR = Path(_MIRROR).resolve() if _MIRROR else None
 
@@ -61,11 +65,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def evidence(tmp_path):
-    """The tiny corpus (tests.builders.CORPUS) in prepared format, built into an index + store."""
+    """The tiny corpus (tests.helpers.builders.CORPUS) in prepared format, built into an index + store."""
     import json
 
     from biocheck.evidence.build import EvidenceConfig, build_evidence
-    from tests.builders import CORPUS
+    from tests.helpers.builders import CORPUS
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": str(d["doc_id"]), "title": d["title"], "abstract": d["abstract"],
@@ -91,6 +95,6 @@ def evidence_workdir(evidence, tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A small tiny-Qwen3 (model + tokenizer with the real chat template), built once per test session."""
-    from tests.builders import build_tiny_model
+    from tests.helpers.builders import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny"))

@@ -22,7 +22,8 @@ from biocheck import wiring as b
 from biocheck.io import InputError
 from biocheck.params import load_params
 from biocheck.study.units import study_config
-from tests.conftest import REPO
+from tests.helpers.params import changed
+from tests.helpers.paths import REPO
 
 PROFILES = ["quickstart", "smol", "paper"]
 NOT_A_CONFIG = {"profile"}  # the profile's name: `biocheck profile list` and MLflow read it, no stage config
@@ -66,23 +67,6 @@ def leaves(d: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, .
         else:
             out.append((*prefix, k))
     return out
-
-
-def changed(value: Any) -> Any:
-    """A different value of the same shape (valid or not: a config that rejects it has read it too)."""
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value + 1
-    if isinstance(value, float):
-        return value + 0.25
-    if isinstance(value, str):
-        return value + "_x"
-    if isinstance(value, list):
-        return value[:-1] if value else ["x"]
-    if isinstance(value, dict):
-        return {"x": 1}
-    return 1  # None
 
 
 def profile(name: str):

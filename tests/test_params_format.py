@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import REPO
+
 FILES = ["params.yaml", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "profiles").glob("*.yaml"))]
 
 pytest.importorskip("dvc")

@@ -14,7 +14,8 @@ from biocheck.evidence.types import Article
 from biocheck.llm import LLMError
 from biocheck.llm.openai_backend import OpenAIChat
 from biocheck.secrets import MASK, redact, secret_values
-from tests.fake_openai import FakeOpenAI
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.paths import REPO
 
 KEY = "sk-proj-Zq7Xw3Vt9Ku5Rs1Pn8Lm4Jh2Gf6Dc0Ba"
 runner = CliRunner()
@@ -60,7 +61,7 @@ def test_a_secret_of_exactly_the_minimum_length_is_blanked_even_inside_a_word(mo
     assert redact(f"x{at_min}y and {at_min}") == f"x{MASK}y and {MASK}"
     monkeypatch.setenv("A_TOKEN", below)
     assert redact(f"x{below}y and {below}") == f"x{below}y and {MASK}"
-    docs = (Path(__file__).resolve().parents[1] / "docs" / "mlflow.md").read_text(encoding="utf-8")
+    docs = (REPO / "docs" / "mlflow.md").read_text(encoding="utf-8")
     assert f"{MIN_CHARS} characters or more" in docs
 
 

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from biocheck import io, secrets
 from biocheck.cli import app
 from biocheck.secrets import MASK, redact, secret_values
-from tests.fake_eutils import FakeEutils
-from tests.fake_openai import FakeOpenAI, assistant
-from tests.test_agent import REPORT
+from tests.helpers.fake_eutils import FakeEutils
+from tests.helpers.fake_openai import FakeOpenAI, assistant
+from tests.helpers.turns import REPORT
 
 runner = CliRunner()
 KEY = "sk-proj-Zq7Xw3Vt9Ku5Rs1Pn8Lm4Jh2Gf6Dc0Ba"

@@ -17,8 +17,8 @@ from biocheck.data.fetch import MIRROR_ENV, FetchConfig, FetchError, fetch
 from biocheck.data.prepare import PrepareConfig, prepare
 from biocheck.data.validate import ValidateConfig, validate
 from biocheck.io import InputError, parse_jsonl, read_jsonl
-from tests.builders import write_raw
-from tests.conftest import REPO
+from tests.helpers.builders import write_raw
+from tests.helpers.paths import REPO
 
 runner = CliRunner()
 ALL = ["SUPPORTED", "REFUTED", "NEI"]
@@ -346,7 +346,7 @@ def test_the_weighted_training_reward_equals_score_with_distinct_betas(evidence)
     from biocheck.labels import Label
     from biocheck.rewards.components import EpisodeView, RewardConfig, score
     from biocheck.train.reward_funcs import COMPONENTS, RewardBank
-    from tests.test_train import _rollouts
+    from tests.helpers.checkpoints import _rollouts
 
     cfg = RewardConfig(beta1=0.3, beta2=0.7, beta3=1.9)
     envs, completions = _rollouts(evidence)

@@ -14,7 +14,7 @@ from biocheck.agent.report.render import render_html, render_markdown
 from biocheck.agent.report.schema import Report, Summary
 from biocheck.cli import app
 from biocheck.terminal import inert
-from tests.test_agent import REPORT, search
+from tests.helpers.turns import REPORT, search
 
 runner = CliRunner()
 # One of each kind a terminal obeys, each around the word that must survive it.

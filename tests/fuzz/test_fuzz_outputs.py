@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from biocheck.cli import app
-from tests.builders import write_raw
-from tests.conftest import REPO
+from tests.helpers.builders import write_raw
+from tests.helpers.paths import REPO
 
 runner = CliRunner()
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from biocheck.io import InputError
 from biocheck.params import Params, load_params
 from biocheck.pipeline import stage_inputs
-from tests.conftest import REPO
-from tests.test_dvc_params import stages
+from tests.helpers.params import stages
+from tests.helpers.paths import REPO
 
 PROFILES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((REPO / "profiles").glob("*.yaml"))}
 STAGES = list(stages())

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from biocheck.cli import app
 from biocheck.evidence.article_xml import parse_efetch
 from biocheck.evidence.local import LocalIndex
-from tests.conftest import REPO
-from tests.fake_eutils import CORPUS, pubmed_xml
+from tests.helpers.fake_eutils import CORPUS, pubmed_xml
+from tests.helpers.paths import REPO
 
 runner = CliRunner()
 pieces = st.sampled_from(["AND", "OR", "NOT", "(", ")", '"', "*", "[tiab]", "[ti]", "[mh]", "[all]", "[xx]",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from biocheck.evidence.article_xml import MissingDTDError, XMLParseError, parse_efetch
 from biocheck.evidence.baseline import iter_baseline
-from tests.fake_eutils import CORPUS, FakeArticle, pubmed_xml
+from tests.helpers.fake_eutils import CORPUS, FakeArticle, pubmed_xml
 
 DOC = pubmed_xml(CORPUS[:3])
 DOCTYPES = [b"", b'<!DOCTYPE PubmedArticleSet SYSTEM "local.dtd">', b'<!DOCTYPE PubmedArticleSet SYSTEM "/etc/passwd">',

@@ -7,7 +7,7 @@ import typer
 
 from biocheck.cli.usage import _Command, _Group
 
-# One or more command lines per command, printed at the end of its --help (tests/test_cli_help.py checks that
+# One or more command lines per command, printed at the end of its --help (tests/cli/test_usage.py checks that
 # every command has one and that its options exist).
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "": ('biocheck check "Vitamin D supplementation prevents fractures in older adults."',),

@@ -11,7 +11,7 @@ ParamsOpt = Annotated[Path, typer.Option("--params", help="Parameters file (one 
 
 
 # Options with a fixed set of values show them in --help instead of `<str>`. The values are those of the
-# modules named (not imported here: `biocheck --help` stays fast); tests/test_cli_help.py checks that they agree.
+# modules named (not imported here: `biocheck --help` stays fast); tests/cli/test_usage.py checks that they agree.
 # They are Literal types (Click choices): a value not among them is a one-line usage error (_UsageError)
 # before any work.
 VARIANTS = ("eg_grpo", "outcome_only")  # biocheck.rewards.components.Variant

@@ -34,7 +34,7 @@ from biocheck.wiring import (
 
 def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
     """What DVC stage `stage` (dvc.yaml's name; `train@outcome_only`) reads from params, as plain data: the
-    configs its code builds. dvc.yaml lists exactly the keys that change this (tests/test_dvc_params.py
+    configs its code builds. dvc.yaml lists exactly the keys that change this (tests/project/test_dvc_params.py
     checks it for every profile), so a key a stage never reads never reruns it."""
     from biocheck.train.training import training_inputs
 

@@ -12,7 +12,7 @@ the t interval with S - 1 degrees of freedom (scipy's one-sample t test), its p 
 detectable difference the true mean difference that test finds with 80% power at this S and this spread of the
 d_s (the noncentral t). Why not the two-level bootstrap of seeds x claims this module used before: with 3 seeds
 its seed term rests on 3 values resampled with replacement, so its intervals are too narrow; in null studies
-simulated at the smol study's design they excluded 0 in 15-22% of studies at 95% (tests/test_study_stats.py and
+simulated at the smol study's design they excluded 0 in 15-22% of studies at 95% (tests/study/test_analysis.py and
 bench/study_calibration.py measure both methods). The t interval holds its level when the d_s are close to
 normal; it is wide at few seeds (t(0.975, 2) = 4.30), which is the honest price of 3 seeds.
 

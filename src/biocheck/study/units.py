@@ -92,7 +92,7 @@ class StudyConfig:
             raise ValueError(f"min_evidence_signal {self.min_evidence_signal}: a share in [0, 1] (0: no gate)")
 
     # Where a study writes: fixed, as study/dvc.yaml names them (DVC parses that file on every `dvc repro`, so
-    # it cannot name a key a profile might leave out; tests/test_study.py checks the two agree).
+    # it cannot name a key a profile might leave out; tests/study/test_units.py checks the two agree).
     out_dir: ClassVar[Path] = Path("study/checkpoints")  # <variant>-s<seed>/: each unit's checkpoints
     eval_dir: ClassVar[Path] = Path("study/eval")  # <unit>/: each unit's episodes, predictions, metrics, selection
     metrics_path: ClassVar[Path] = Path("metrics/study.json")  # the differences (numbers: `dvc metrics show`)
@@ -405,7 +405,7 @@ def _log(cfg: StudyConfig, params: dict[str, Any], numbers: dict[str, Any]) -> N
         tracking.log_artifacts(cfg.page_dir)
 
 
-# --- what each study stage reads (study/dvc.yaml lists exactly that; tests/test_dvc_params.py checks it) ---
+# --- what each study stage reads (study/dvc.yaml lists exactly that; tests/project/test_dvc_params.py checks it) ---
 
 EVAL_OWN = ("systems", "datasets", "limit", "full_split", "out_dir", "report_dir", "headline_dir", "metrics_path", "paired_path",
             "plots_dir", "baseline_model", "cer", "fire")  # set by the study, or read only by the baselines

@@ -3,7 +3,7 @@
 TRL's GRPOTrainer runs the multi-turn tool loop itself (`environment_factory`); this class hands each
 `search_pubmed` call to a fresh `SearchBudget` per episode (agent/budget.py), the object the LangGraph
 agent uses too: the same tool schema (from the same `Prompts`), result texts, budget, intervention and
-refusal, ledger and query log. The rewards read `env.budget`. tests/test_train_parity.py drives both
+refusal, ledger and query log. The rewards read `env.budget`. tests/train/test_env_parity.py drives both
 adapters with the same calls and compares everything they produce.
 """
 

@@ -3,8 +3,8 @@
 Choice: TRL's built-in multi-turn tool loop (`environment_factory`, see env.py) rather than a
 custom `rollout_func`: TRL then owns generation (transformers or vLLM), token bookkeeping and the
 tool mask (tool-result tokens get loss weight 0), and our environment supplies exactly the agent's
-tool step (agent/budget.py). tests/test_train_parity.py proves the parity: for a scripted episode, the
-text the policy sees in training equals what `biocheck check` renders; tests/test_search_budget.py drives
+tool step (agent/budget.py). tests/train/test_env_parity.py proves the parity: for a scripted episode, the
+text the policy sees in training equals what `biocheck check` renders; tests/agent/test_budget.py drives
 both adapters with the same calls.
 """
 

@@ -6,7 +6,7 @@ episode's ~1500 tokens for smol), and TRL's loss runs every episode from its fir
 that prompt's KV cache, whose keys and values enter as leaf tensors. Their gradients add up over the
 episodes of the step, and one backward pass through the prompt, before the optimizer steps, carries the sum
 into the weights. By linearity that is the same gradient as running every episode whole: the same update
-up to float rounding (tests/test_train.py), with the prompt computed once instead of once per episode.
+up to float rounding (tests/train/test_training.py), with the prompt computed once instead of once per episode.
 
 On top of that prompt, the LM head scores only the tokens the loss learns from (`loss_tokens_only`): the
 model's own, not the search results it read nor padding. TRL's fused head does that on CUDA; on any other

@@ -11,7 +11,7 @@ never computed (up to a third of a turn's prefill). All of it is placed after ea
 preallocated for the turn but attends over the positions written so far.
 
 Exact up to float rounding: TRL pads prompts on the left and `generate` numbers positions from the attention
-mask, so a prompt token's keys and values do not depend on its row's padding (tests/test_prompt_cache.py).
+mask, so a prompt token's keys and values do not depend on its row's padding (tests/train/test_prompt_cache.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ same distribution with one uniform per row. It runs as a logits processor that l
 finite score, and `generate` runs greedy: its loop is otherwise untouched.
 
 Not numerically neutral: one seed draws other tokens than `torch.multinomial` would (the same distribution:
-tests/test_sampling.py compares the drawn frequencies with the probabilities).
+tests/train/test_sampling.py compares the drawn frequencies with the probabilities).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def run_key(c: TrainSetup, prompts: Prompts, base_fingerprint: str, train_ids: l
 
 def training_inputs(c: TrainSetup) -> dict[str, Any]:
     """The params a training run learns from, as plain data: `run_key` hashes them, and dvc.yaml's `train`
-    params are exactly the keys that change them (tests/test_dvc_params.py). The judge's cache and batch
+    params are exactly the keys that change them (tests/project/test_dvc_params.py). The judge's cache and batch
     size change no score, and only `TRAINING_AGENT_FIELDS` of `agent:` are read."""
     from biocheck.params import plain
 

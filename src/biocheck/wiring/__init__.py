@@ -2,7 +2,7 @@
 
 It sits below `train/` and `evaluate/` (which build their tools, prompts and judges here) and above the
 parts it assembles (data, evidence, llm, agent, rewards, base_model); `pipeline/` adds the stages. The layer order
-is checked by import-linter (pyproject.toml, [tool.importlinter]; tests/test_layers.py).
+is checked by import-linter (pyproject.toml, [tool.importlinter]; tests/project/test_layers.py).
 """
 
 from biocheck.wiring.components import agent, agent_generation, make_agent, make_judge, make_prompts, make_search_tool

@@ -1,6 +1,6 @@
 """The report writer: a Report in exactly the format the system prompt asks for.
 
-`biocheck.agent.report.parse.parse_report` reads it back unchanged (tests/test_report_parse.py checks the round trip).
+`biocheck.agent.report.parse.parse_report` reads it back unchanged (tests/agent/report/test_parse.py checks the round trip).
 """
 
 from __future__ import annotations
