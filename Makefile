@@ -14,6 +14,9 @@ LOCK ?= requirements/cpu.txt
 # The lock pins PyTorch's CPU build (requirements/cpu.in), which PyPI does not carry: pip looks for it here too.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST_ARGS ?=
+# `make test` runs the suite in one pytest worker per core (pytest-xdist), each test file on one worker so its
+# module-scoped fixtures are built once; TEST_WORKERS=0 runs it in this process (pdb, -x).
+TEST_WORKERS ?= auto
 
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
@@ -56,7 +59,7 @@ quickstart: setup
 	dvc repro
 
 test: setup
-	pytest $(PYTEST_ARGS)
+	pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Every deployment's entry flow (prefect.yaml) with its default parameters on a fresh, small project, under a
 # local Prefect API: what the weekly schedule and a user's `prefect deployment run` do (tests/orchestration/test_flows_e2e.py).

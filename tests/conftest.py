@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from tests.helpers.paths import REPO
 
 # Fixtures that tests in several folders use, each defined once in a helper module.
 pytest_plugins = ["tests.helpers.checkpoints", "tests.helpers.cli", "tests.helpers.eval_project", "tests.helpers.projects",
-                  "tests.helpers.refresh", "tests.helpers.tiny"]
+                  "tests.helpers.tiny"]
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -63,20 +64,35 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.realdata)
 
 
-@pytest.fixture
-def evidence(tmp_path):
-    """The tiny corpus (tests.helpers.builders.CORPUS) in prepared format, built into an index + store."""
+@pytest.fixture(scope="session")
+def _evidence_built(tmp_path_factory):
+    """The tiny corpus built once a session; `evidence` copies it (a build costs ~0.1 s, used by hundreds of tests)."""
     import json
 
     from biocheck.evidence.build import EvidenceConfig, build_evidence
     from tests.helpers.builders import CORPUS
 
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": str(d["doc_id"]), "title": d["title"], "abstract": d["abstract"],
-                                          "structured": d["structured"]}) + "\n" for d in CORPUS))
-    cfg = EvidenceConfig(corpus=corpus, index_dir=tmp_path / "index", store=tmp_path / "ev.sqlite",
+    root = tmp_path_factory.mktemp("evidence")
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"id": str(d["doc_id"]), "title": d["title"],
+                                                         "abstract": d["abstract"], "structured": d["structured"]})
+                                               + "\n" for d in CORPUS))
+    cfg = EvidenceConfig(corpus=root / "corpus.jsonl", index_dir=root / "index", store=root / "ev.sqlite",
+                         metrics_path=root / "evidence.json", progress=False)
+    return root, build_evidence(cfg)
+
+
+@pytest.fixture
+def evidence(tmp_path, _evidence_built):
+    """The tiny corpus (tests.helpers.builders.CORPUS) in prepared format, built into an index + store in tmp_path."""
+    import shutil
+
+    from biocheck.evidence.build import EvidenceConfig
+
+    root, stats = _evidence_built
+    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
+    cfg = EvidenceConfig(corpus=tmp_path / "corpus.jsonl", index_dir=tmp_path / "index", store=tmp_path / "ev.sqlite",
                          metrics_path=tmp_path / "evidence.json", progress=False)
-    return cfg, build_evidence(cfg)
+    return cfg, copy.deepcopy(stats)
 
 
 @pytest.fixture

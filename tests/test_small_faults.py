@@ -346,10 +346,10 @@ def test_the_weighted_training_reward_equals_score_with_distinct_betas(evidence)
     from biocheck.labels import Label
     from biocheck.rewards.components import EpisodeView, RewardConfig, score
     from biocheck.train.reward_funcs import COMPONENTS, RewardBank
-    from tests.helpers.checkpoints import _rollouts
+    from tests.helpers.checkpoints import rollouts
 
     cfg = RewardConfig(beta1=0.3, beta2=0.7, beta3=1.9)
-    envs, completions = _rollouts(evidence)
+    envs, completions = rollouts(evidence)
     claims, labels = ["Vitamin D prevents fractures."] * 3, ["SUPPORTED", "SUPPORTED", "REFUTED"]
     bank = RewardBank(cfg, judge=HalfJudge())
     assert bank.weights() == [1.0, 0.3, 0.7, -1.9, 0.0]

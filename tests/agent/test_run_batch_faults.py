@@ -21,7 +21,7 @@ from biocheck.evidence.local import LocalIndex, index_fingerprint
 from biocheck.evidence.types import Article
 from biocheck.io import InputError
 from tests.helpers.batch import CLAIMS, SEARCH, RecordingChat
-from tests.helpers.batch import _run as run_ids
+from tests.helpers.batch import batch_ids as run_ids
 from tests.helpers.cli import assert_one_clear_line
 from tests.helpers.turns import REPORT, TABLE, TableTool
 

@@ -22,7 +22,7 @@ from biocheck.evaluate.gallery import Provenance, write_gallery
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from tests.helpers.browser import _chromium
+from tests.helpers.browser import chromium_executable
 
 XSS = "<script>alert(1)</script>"
 S, R, N = Label.SUPPORTED, Label.REFUTED, Label.NEI
@@ -300,7 +300,7 @@ def test_hostile_text_in_claim_quote_query_and_title_is_escaped_in_the_gallery(t
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
                                    "(pip install playwright): the gallery's browser tests need it")
-    exe = _chromium()
+    exe = chromium_executable()
     if exe is None:
         pytest.skip("no Chromium executable (apt-get install chromium, or set BIOCHECK_CHROMIUM)")
     with sync_api.sync_playwright() as p:

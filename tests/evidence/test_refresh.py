@@ -31,9 +31,25 @@ from biocheck.evidence.store import EvidenceStore
 from tests.helpers import cli as cli_errors
 from tests.helpers.fake_eutils import FakeEutils, max_in_window
 from tests.helpers.paths import REPO
-from tests.helpers.refresh import KEY, NEW, QUERIES, RETRACTED, N, publish_and_retract, record
+from tests.helpers.refresh import (
+    KEY,
+    NEW,
+    QUERIES,
+    RETRACTED,
+    N,
+    publish_and_retract,
+    record,
+    refresh_env,  # noqa: F401 (autouse here: no NCBI settings of the developer, no tracking)
+)
 
 runner = CliRunner()
+
+
+@pytest.fixture
+def server(monkeypatch):
+    with FakeEutils() as fake:
+        monkeypatch.setenv("BIOCHECK_EUTILS_URL", fake.url)
+        yield fake
 
 
 def config(tmp_path: Path, **kw) -> RefreshConfig:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from biocheck.agent.episode import Episode
 from biocheck.agent.run import read_claims, trace_path
 from biocheck.io import InputError
-from tests.helpers.batch import _run as run_batch_ids
+from tests.helpers.batch import batch_ids as run_batch_ids
 
 any_text = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=90)
 valid_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=90)

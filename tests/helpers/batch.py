@@ -1,4 +1,4 @@
-"""Shared by several test modules (moved from tests/test_batch_resume.py)."""
+"""A batch run of the agent over a few claims with a recording scripted model: which claims it was asked about."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ class RecordingChat(ScriptedChat):
         return super().chat(messages, tools)
 
 
-def _run(out, claims=CLAIMS, *, cfg: AgentConfig | None = None, search=SEARCH, llm: RecordingChat | None = None,
-         **kw) -> list[str]:
+def batch_ids(out, claims=CLAIMS, *, cfg: AgentConfig | None = None, search=SEARCH, llm: RecordingChat | None = None,
+              **kw) -> list[str]:
     """Claim ids the model was asked about during one run_batch call, in sorted order."""
     llm = llm or RecordingChat()
     before = len(llm.asked)

@@ -1,4 +1,4 @@
-"""Shared by several test modules (moved from tests/test_eval_gallery.py)."""
+"""The Chromium binary the browser tests drive (Playwright), or None to skip them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import shutil
 
 
-def _chromium() -> str | None:
+def chromium_executable() -> str | None:
     for candidate in (os.environ.get("BIOCHECK_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
         if candidate and (path := shutil.which(candidate)):
             return path

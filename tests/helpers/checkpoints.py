@@ -1,4 +1,5 @@
-"""Shared by several test modules (moved from tests/test_train.py, tests/test_registry.py)."""
+"""Training outputs without training: fake GRPO rollouts and checkpoint folders, tiny real checkpoints, and an
+isolated MLflow model registry (`store`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from biocheck.train.env import SearchEnv
 from tests.helpers.turns import REPORT
 
 
-def _rollouts(evidence):
+def rollouts(evidence):
     cfg, _ = evidence
     tool = search_tool(SearchConfig(index_dir=cfg.index_dir, store=cfg.store))
     envs = [SearchEnv(tool, Prompts(max_searches=2), 2) for _ in range(3)]
@@ -29,7 +30,7 @@ def _rollouts(evidence):
     return envs, completions
 
 
-def _weights(step: int) -> bytes:
+def grpo_weights(step: int) -> bytes:
     """A small, valid safetensors file that tells the checkpoints apart (selection and resume check them)."""
     import numpy as np
     from safetensors.numpy import save
@@ -37,7 +38,7 @@ def _weights(step: int) -> bytes:
     return save({"w": np.full(4, step, dtype=np.float32)})
 
 
-def _fake_checkpoints(root: Path, rewards: dict[int, float], start: float | None = 0.1) -> Path:
+def fake_checkpoints(root: Path, rewards: dict[int, float], start: float | None = 0.1) -> Path:
     history = [{"step": 0, "eval_reward": start}] if start is not None else []
     for step, r in rewards.items():
         history += [{"step": step, "reward": r - 0.05},
@@ -47,7 +48,7 @@ def _fake_checkpoints(root: Path, rewards: dict[int, float], start: float | None
         d = root / f"checkpoint-{step}"
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps({"step": step}))
-        (d / "model.safetensors").write_bytes(_weights(step))
+        (d / "model.safetensors").write_bytes(grpo_weights(step))
         (d / "optimizer.pt").write_bytes(b"big")
         upto = [h for h in history if h["step"] <= step]
         (d / "trainer_state.json").write_text(json.dumps({"log_history": upto}))
@@ -68,7 +69,7 @@ def store(tmp_path, monkeypatch):
     return mlflow.MlflowClient()
 
 
-def _tiny_checkpoints(root: Path, model: Path, rewards: dict[int, float]) -> Path:
+def tiny_checkpoints(root: Path, model: Path, rewards: dict[int, float]) -> Path:
     """Training checkpoints holding the tiny model (a real causal LM with its tokenizer), best: max reward."""
     history = [{"step": 0, "eval_reward": 0.1}]
     for step, r in rewards.items():

@@ -1,4 +1,5 @@
-"""Shared by several test modules (moved from tests/test_check_cli.py, tests/test_cli_errors.py)."""
+"""How a CLI failure must look (one `error:` line naming what, where and how to fix), and a project with a
+scripted model for `biocheck check` (`check_workdir`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shared by several test modules (moved from tests/test_eval_stage.py, tests/test_eval_harness.py)."""
+"""A project the evaluate stage can run: prepared test splits, a scripted model for every system, no judge
+(`project`); claim records with known gold labels; a lock-holding check (`held`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared by several test modules (moved from tests/test_dvc_params.py, tests/test_params.py)."""
+"""The parameters DVC gives each stage: the profiles, dvc.yaml's stages (the study's too) and the keys each lists."""
 
 from __future__ import annotations
 

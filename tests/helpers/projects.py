@@ -1,4 +1,5 @@
-"""Shared by several test modules (moved from tests/test_pipeline.py, tests/test_pipeline_flow.py, tests/test_cli.py)."""
+"""Whole projects for the pipeline and flow tests: a copy of the repo's code and configs, a workspace over the
+mirror, a flow project with scripted steps (`steps`), and a CLI project over the tiny raw data (`workdir`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from biocheck.orchestration import dvc
 from tests.helpers.paths import REPO
 
 
-def _copy_repo(dest: Path) -> None:
+def copy_repo(dest: Path) -> None:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     for rel in filter(None, files.decode().split("\0")):
         src = REPO / rel
@@ -29,10 +30,10 @@ def _copy_repo(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
-def _workspace(tmp_path: Path, mirror: Path) -> tuple[Path, dict]:
+def workspace(tmp_path: Path, mirror: Path) -> tuple[Path, dict]:
     """A copy of the repo's tracked files (no metrics/reports) as a fresh git repo, and its environment."""
     work = tmp_path / "repo"
-    _copy_repo(work)
+    copy_repo(work)
     for metric in ("metrics", "reports"):
         shutil.rmtree(work / metric, ignore_errors=True)
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
@@ -42,7 +43,7 @@ def _workspace(tmp_path: Path, mirror: Path) -> tuple[Path, dict]:
     return work, env
 
 
-def _project(root: Path, **orchestrate) -> Path:
+def flow_project(root: Path, **orchestrate) -> Path:
     """Enough of a DVC project for the flow's checks: .dvc/, dvc.yaml, params.yaml (orchestrate edited)."""
     (root / ".dvc").mkdir(parents=True)
     (root / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text())

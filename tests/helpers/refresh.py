@@ -1,4 +1,5 @@
-"""Shared by several test modules (moved from tests/test_evidence_refresh.py)."""
+"""The evidence refresh scenario: a fake E-utilities corpus where papers are published and retracted between
+runs, the queries recorded, and the environment it runs in (`refresh_env`)."""
 
 from __future__ import annotations
 
@@ -27,18 +28,12 @@ RETRACTED = "31000005"  # an aspirin editorial that PubMed no longer returns
 
 
 @pytest.fixture(autouse=True)
-def _env(monkeypatch):
+def refresh_env(monkeypatch):
+    """Autouse in the modules that import it: no NCBI settings of the developer, a key (10 requests/s), no tracking."""
     for name in ("NCBI_API_KEY", "NCBI_EMAIL", "NCBI_TOOL", "BIOCHECK_EUTILS_URL", "BIOCHECK_RATELIMIT_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NCBI_API_KEY", KEY)  # 10 requests/s instead of 3: the tests wait less
     monkeypatch.setenv("BIOCHECK_TRACKING", "off")
-
-
-@pytest.fixture
-def server(monkeypatch):
-    with FakeEutils() as fake:
-        monkeypatch.setenv("BIOCHECK_EUTILS_URL", fake.url)
-        yield fake
 
 
 def record(store: Path, queries: list[str]) -> dict[str, list[str]]:

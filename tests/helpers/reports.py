@@ -1,4 +1,4 @@
-"""Shared by several test modules (moved from tests/test_report_parse.py)."""
+"""Reports in the canonical form and the sections the parser must read from them."""
 
 from __future__ import annotations
 

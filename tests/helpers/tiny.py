@@ -1,4 +1,4 @@
-"""Shared by several test modules (moved from tests/test_tiny_model.py)."""
+"""The tiny Qwen3 model's inputs: a small config and a word corpus its tokenizer is trained on."""
 
 from __future__ import annotations
 

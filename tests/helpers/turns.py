@@ -1,4 +1,5 @@
-"""Shared by several test modules (moved from tests/test_agent.py, tests/test_loop_graph.py)."""
+"""Scripted model turns: a grounded report, a search call, and a table-backed search tool whose answers the
+tests fix (`TABLE`, `TableTool`)."""
 
 from __future__ import annotations
 

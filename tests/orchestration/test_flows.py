@@ -20,7 +20,7 @@ from biocheck.io import InputError
 from biocheck.orchestration.artifacts import metric_rows, validation_markdown, validation_summary
 from biocheck.orchestration.dvc import DvcError
 from tests.helpers.paths import REPO
-from tests.helpers.projects import _project
+from tests.helpers.projects import flow_project
 
 DEPLOYMENT = "biocheck-train/train-gpu"
 
@@ -30,7 +30,7 @@ def _names(steps) -> list[str]:
 
 
 def test_the_pipeline_pulls_runs_every_area_in_order_and_pushes(steps, tmp_path):
-    root = _project(tmp_path / "p", dvc_remote="local")
+    root = flow_project(tmp_path / "p", dvc_remote="local")
     out = pipe.pipeline_flow.fn(root=str(root))
     assert _names(steps) == ["pull", "data", "evidence", "train", "evaluate", "push"]
     params, where = str(root.resolve() / "params.yaml"), str(root.resolve())
@@ -42,13 +42,13 @@ def test_the_pipeline_pulls_runs_every_area_in_order_and_pushes(steps, tmp_path)
 
 
 def test_no_remote_no_pull_no_push_and_each_can_be_turned_off(steps, tmp_path):
-    pipe.pipeline_flow.fn(root=str(_project(tmp_path / "a", dvc_remote=None)))
+    pipe.pipeline_flow.fn(root=str(flow_project(tmp_path / "a", dvc_remote=None)))
     assert _names(steps) == ["data", "evidence", "train", "evaluate"]
     steps.calls.clear()
-    pipe.pipeline_flow.fn(root=str(_project(tmp_path / "b", dvc_remote="local")), pull=False)
+    pipe.pipeline_flow.fn(root=str(flow_project(tmp_path / "b", dvc_remote="local")), pull=False)
     assert _names(steps) == ["data", "evidence", "train", "evaluate", "push"]
     steps.calls.clear()
-    pipe.pipeline_flow.fn(root=str(_project(tmp_path / "c", dvc_remote="local")), push=False)
+    pipe.pipeline_flow.fn(root=str(flow_project(tmp_path / "c", dvc_remote="local")), push=False)
     assert _names(steps) == ["pull", "data", "evidence", "train", "evaluate"]
 
 
@@ -56,7 +56,7 @@ def test_no_remote_no_pull_no_push_and_each_can_be_turned_off(steps, tmp_path):
 def test_a_failing_step_stops_the_run_and_nothing_is_pushed(steps, tmp_path, failing):
     steps.fail = failing
     with pytest.raises(RuntimeError, match=f"{failing} broke"):
-        pipe.pipeline_flow.fn(root=str(_project(tmp_path / "p", dvc_remote="local")))
+        pipe.pipeline_flow.fn(root=str(flow_project(tmp_path / "p", dvc_remote="local")))
     order = ["pull", "data", "evidence", "train", "evaluate"]
     assert _names(steps) == order[: order.index(failing) + 1]
 
@@ -65,12 +65,12 @@ def test_a_missing_remote_fails_before_anything_runs(steps, tmp_path):
     steps.remotes = {}
     with pytest.raises(DvcError, match=r"^no DVC remote named 'local' .*this project has none.*"
                                        r"orchestrate.dvc_remote: null"):
-        pipe.pipeline_flow.fn(root=str(_project(tmp_path / "p", dvc_remote="local")))
+        pipe.pipeline_flow.fn(root=str(flow_project(tmp_path / "p", dvc_remote="local")))
     assert steps.calls == []
 
 
 def test_training_runs_as_the_deployment_when_one_is_set(steps, tmp_path):
-    root = _project(tmp_path / "p", dvc_remote=None, train_deployment=DEPLOYMENT).resolve()
+    root = flow_project(tmp_path / "p", dvc_remote=None, train_deployment=DEPLOYMENT).resolve()
     out = pipe.pipeline_flow.fn(root=str(root))
     assert _names(steps) == ["data", "evidence", "deployment", "status", "evaluate"]  # no in-process training
     _, (name,), kw = steps.calls[2]
@@ -84,7 +84,7 @@ def test_training_runs_as_the_deployment_when_one_is_set(steps, tmp_path):
 
 
 def test_a_failed_or_missing_deployment_or_one_that_ran_elsewhere_is_a_clear_error(steps, tmp_path):
-    root = str(_project(tmp_path / "p", dvc_remote="local", train_deployment=DEPLOYMENT))
+    root = str(flow_project(tmp_path / "p", dvc_remote="local", train_deployment=DEPLOYMENT))
     steps.state = Failed(message="CUDA out of memory")
     with pytest.raises(InputError, match=rf"^training deployment {DEPLOYMENT} ended Failed .*CUDA out of memory"):
         pipe.pipeline_flow.fn(root=root)
@@ -108,7 +108,7 @@ def test_the_flow_names_and_the_params_file_check(tmp_path):
     assert [f.name for f in (pipe.pipeline_flow, flows.data.data_flow, flows.evidence.evidence_flow,
                              flows.train.train_flow)] == ["biocheck-pipeline", "biocheck-data",
                                                           "biocheck-evidence", "biocheck-train"]
-    root = _project(tmp_path / "p")
+    root = flow_project(tmp_path / "p")
     with pytest.raises(DvcError, match=r"DVC stages read .*/p/params\.yaml, not .*/other\.yaml"):
         pipe.pipeline_flow.fn(params="other.yaml", root=str(root))
 
@@ -180,7 +180,7 @@ def _script(flow: str, cwd: Path, *args: str, **env: str):
 
 @pytest.mark.parametrize("flow", ["pipeline", "train"])
 def test_scripts_fail_in_one_line_on_another_params_file_or_an_unreachable_server(tmp_path, flow):
-    root = _project(tmp_path / "p", dvc_remote=None)
+    root = flow_project(tmp_path / "p", dvc_remote=None)
     p = _script(flow, root, "other.yaml")
     assert p.returncode == 1
     assert p.stderr.strip().splitlines() == [

@@ -32,7 +32,7 @@ import yaml
 from biocheck.orchestration import dvc, plan
 from tests.helpers.builders import official_sizes, write_release
 from tests.helpers.paths import REPO
-from tests.helpers.projects import _copy_repo, _workspace
+from tests.helpers.projects import copy_repo, workspace
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +68,7 @@ def harness():
 def project(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     mirror = write_release(tmp / "mirror", **official_sizes())  # validates under the real params.yaml
-    work, _ = _workspace(tmp, mirror)
+    work, _ = workspace(tmp, mirror)
     params = yaml.safe_load((work / "params.yaml").read_text())
     (work / "params.yaml").write_text(yaml.safe_dump(_small(params), sort_keys=False))
     return SimpleNamespace(work=work.resolve(), mirror=mirror, remote=tmp / "biocheck-dvc-remote")
@@ -161,7 +161,7 @@ def test_a_fresh_clone_pulls_every_output_and_has_nothing_to_recompute(project, 
     _completed(pipeline.state)
     work = project.work
     clone = tmp_path / "repo"
-    _copy_repo(clone)  # what `git clone` gives: tracked files, with dvc.lock and the `cache: false` outputs committed
+    copy_repo(clone)  # what `git clone` gives: tracked files, with dvc.lock and the `cache: false` outputs committed
     subprocess.run(["git", "init", "-q"], cwd=clone, check=True)
     for name in ("params.yaml", "dvc.lock"):
         shutil.copy2(work / name, clone / name)

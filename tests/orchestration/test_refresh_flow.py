@@ -23,7 +23,13 @@ from biocheck.evidence.store import EvidenceStore
 from biocheck.orchestration import dvc
 from tests.helpers.fake_eutils import FakeEutils
 from tests.helpers.paths import REPO
-from tests.helpers.refresh import QUERIES, N, publish_and_retract, record
+from tests.helpers.refresh import (
+    QUERIES,
+    N,
+    publish_and_retract,
+    record,
+    refresh_env,  # noqa: F401 (autouse: no NCBI settings of the developer, no tracking)
+)
 
 MORE = ["aspirin cancer", "vitamin influenza", "oxygen", "diabetes"]  # nine queries: uneven shards
 

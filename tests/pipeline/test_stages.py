@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from tests.helpers.builders import official_sizes, synthetic_corpus, write_release
 from tests.helpers.paths import REPO
-from tests.helpers.projects import _workspace
+from tests.helpers.projects import workspace
 
 
 def _dvc(work: Path, env: dict, *args: str) -> str:
@@ -62,7 +62,7 @@ def _repro_twice_then_change_subset(work: Path, env: dict, corpus_docs: int) -> 
 @pytest.mark.slow  # about a minute: three `dvc repro` runs, each stage a fresh `biocheck` process
 def test_dvc_repro_on_a_synthetic_release(tmp_path):
     sizes = official_sizes()
-    work, env = _workspace(tmp_path, write_release(tmp_path / "mirror", **sizes))
+    work, env = workspace(tmp_path, write_release(tmp_path / "mirror", **sizes))
     _repro_twice_then_change_subset(work, env, corpus_docs=len(synthetic_corpus()))
     full = _metric(work, "data")["full"]  # counts of the synthetic release, through fetch and prepare
     assert full["scifact"]["train"]["total"] + full["scifact"]["val"]["total"] == sizes["scifact_train"]
@@ -74,7 +74,7 @@ def test_dvc_repro_on_a_synthetic_release(tmp_path):
 
 @pytest.mark.slow
 def test_dvc_repro_on_the_real_data(real_mirror, tmp_path):
-    work, env = _workspace(tmp_path, real_mirror)
+    work, env = workspace(tmp_path, real_mirror)
     _repro_twice_then_change_subset(work, env, corpus_docs=5183)
 
 

@@ -105,9 +105,9 @@ def predictions(system: str, dataset: str, n: int = 12) -> list[Prediction]:
 
 
 def write_select_curve(root: Path, tmp: Path, curve: str) -> None:
-    from tests.helpers.checkpoints import _fake_checkpoints
+    from tests.helpers.checkpoints import fake_checkpoints
 
-    ckpts = _fake_checkpoints(tmp / curve, {10: 0.25, 20: 0.5})
+    ckpts = fake_checkpoints(tmp / curve, {10: 0.25, 20: 0.5})
     select(SelectConfig(checkpoints=ckpts, out_dir=tmp / f"{curve}_selected", metrics_path=tmp / f"{curve}.json",
                         curve_path=root / curve, register=False))
 
@@ -287,10 +287,10 @@ def test_dvc_plots_show_needs_no_network(page):
 def test_dvc_plots_show_draws_every_plot_offline(page):
     """Opened in Chromium with every network request refused: each plot renders (vega-embed adds its
     canvas or SVG), without a script error."""
-    from tests.helpers.browser import _chromium
+    from tests.helpers.browser import chromium_executable
 
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
-    exe = _chromium()
+    exe = chromium_executable()
     if exe is None:
         pytest.skip("no Chromium executable (apt-get install chromium, or set BIOCHECK_CHROMIUM)")
     with sync_api.sync_playwright() as p:

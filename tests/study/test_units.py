@@ -458,10 +458,10 @@ def _git_project(tmp_path: Path, raw_dir: Path, tiny_model: Path) -> tuple[Path,
 
     from biocheck.data.prepare import PrepareConfig, prepare
     from biocheck.evidence.build import EvidenceConfig, build_evidence
-    from tests.helpers.projects import _copy_repo
+    from tests.helpers.projects import copy_repo
 
     work = tmp_path / "repo"
-    _copy_repo(work)
+    copy_repo(work)
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     prepare(PrepareConfig(raw_dir=raw_dir, out_dir=work / "data" / "prepared", metrics_path=None,
                           subset={"val": 2, "test": 3}))

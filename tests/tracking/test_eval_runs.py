@@ -26,7 +26,7 @@ from biocheck.llm.scripted import ScriptedChat
 from biocheck.pipeline import evaluate_config, evaluate_stage, select_stage
 from biocheck.tracking import tracking_uri
 from biocheck.wiring import params_of
-from tests.helpers.checkpoints import _fake_checkpoints
+from tests.helpers.checkpoints import fake_checkpoints
 
 
 @pytest.fixture
@@ -43,8 +43,8 @@ def registered(project, client):  # noqa: F811
     name = f"biocheck-agent-{uuid.uuid4().hex[:8]}"
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["select"] = {"registered_model": name}
-    params["train"]["out_dir"] = str(_fake_checkpoints(project / "ckpt", {10: 0.2, 20: 0.5}))
-    _fake_checkpoints(project / "ckpt_outcome_only", {10: 0.4})
+    params["train"]["out_dir"] = str(fake_checkpoints(project / "ckpt", {10: 0.2, 20: 0.5}))
+    fake_checkpoints(project / "ckpt_outcome_only", {10: 0.4})
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     select_stage(project / "params.yaml")
     select_stage(project / "params.yaml", variant="outcome_only")
@@ -271,7 +271,7 @@ def test_a_selection_that_lost_to_the_champion_is_evaluated_as_the_challenger(re
     (that selection) and its runs say what it is: model_alias `selected`, registry_aliases `challenger` (not
     the champion), and its numbers go onto the challenger's version, never the champion's."""
     params = yaml.safe_load(Path("params.yaml").read_text())
-    params["train"]["out_dir"] = str(_fake_checkpoints(Path("ckpt_worse"), {10: 0.3}))  # champion's: 0.5
+    params["train"]["out_dir"] = str(fake_checkpoints(Path("ckpt_worse"), {10: 0.3}))  # champion's: 0.5
     Path("params.yaml").write_text(yaml.safe_dump(params))
     worse = select_stage("params.yaml")["registered"]
     champion = client.get_model_version_by_alias(registered, "champion")

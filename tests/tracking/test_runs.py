@@ -24,7 +24,7 @@ from biocheck.pipeline import prepare_stage, validate_stage
 from biocheck.tracking import flatten, repo_root, tracking_uri
 from biocheck.wiring import tracking_config
 from tests.helpers.paths import REPO
-from tests.helpers.projects import _project
+from tests.helpers.projects import flow_project
 
 PIPELINE_NAME = re.compile(r"pipeline \d{4}-\d\d-\d\d \d\d:\d\d")
 
@@ -302,8 +302,8 @@ def test_the_prefect_pipeline_gives_every_stage_one_pipeline_id(steps, tmp_path,
     for name in ("data_flow", "evidence_flow", "train_flow", "run_stages"):
         monkeypatch.setattr(pipe, name, lambda *a, **k: seen.append(os.environ.get(tracking.PIPELINE_ENV)))
     monkeypatch.delenv(tracking.PIPELINE_ENV, raising=False)
-    pipe.pipeline_flow.fn(root=str(_project(tmp_path / "a", dvc_remote=None)))
-    pipe.pipeline_flow.fn(root=str(_project(tmp_path / "b", dvc_remote=None)))
+    pipe.pipeline_flow.fn(root=str(flow_project(tmp_path / "a", dvc_remote=None)))
+    pipe.pipeline_flow.fn(root=str(flow_project(tmp_path / "b", dvc_remote=None)))
     first, second = seen[:4], seen[4:]
     assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] and first[0] != second[0]
     assert tracking.PIPELINE_ENV not in os.environ  # restored after the run

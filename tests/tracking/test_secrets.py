@@ -15,7 +15,7 @@ from biocheck import tracking
 from biocheck.cli import app
 from biocheck.pipeline import evaluate_stage, select_stage
 from biocheck.secrets import is_secret_name
-from tests.helpers.checkpoints import _fake_checkpoints
+from tests.helpers.checkpoints import fake_checkpoints
 
 SECRETS = {"NCBI_API_KEY": "ncbi-5ecret-0a1b2c3d", "OPENAI_API_KEY": "sk-5ecret-openai-4e5f6a7b",
            "HF_TOKEN": "hf_5ecretToken8c9d0e", "GITHUB_TOKEN": "ghp_5ecretGithub1f2a3b",
@@ -42,7 +42,7 @@ def test_tracked_stages_store_no_secret(project, monkeypatch, tmp_path):  # noqa
                                  "--mlflow"])
     assert r.exit_code == 0, r.output
     params = yaml.safe_load((project / "params.yaml").read_text())
-    params["train"]["out_dir"] = str(_fake_checkpoints(project / "ckpt", {10: 0.3}))
+    params["train"]["out_dir"] = str(fake_checkpoints(project / "ckpt", {10: 0.3}))
     (project / "params.yaml").write_text(yaml.safe_dump(params))
     registered = select_stage("params.yaml")["registered"]
     assert (registered["alias"], registered["promoted"]) == ("challenger", True)  # the first: champion too

@@ -29,7 +29,7 @@ import yaml
 
 from biocheck import pipeline, wiring
 from biocheck.io import atomic_path
-from tests.helpers.browser import _chromium
+from tests.helpers.browser import chromium_executable
 from tests.helpers.builders import write_test_splits
 from tests.helpers.eval_project import REPORT
 from tests.helpers.mlflow_server import MlflowServer, mlflow_server
@@ -243,7 +243,7 @@ def expect():
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
                                    "(pip install playwright): the MLflow UI tests need it")
-    exe = _chromium()
+    exe = chromium_executable()
     if exe is None:
         pytest.skip("no Chromium executable (apt-get install chromium, or set BIOCHECK_CHROMIUM)")
     with sync_api.sync_playwright() as p:

@@ -24,7 +24,7 @@ from biocheck.llm.load import load_model, model_fingerprint
 from biocheck.llm.resolve import ModelNotFoundError, resolve_model
 from biocheck.llm.spec import split_spec
 from biocheck.train.select import SelectConfig, select
-from tests.helpers.checkpoints import NAME, _fake_checkpoints, _tiny_checkpoints
+from tests.helpers.checkpoints import NAME, fake_checkpoints, tiny_checkpoints
 
 runner = CliRunner()
 
@@ -37,7 +37,7 @@ def _select(tmp: Path, ckpts: Path, **kw) -> dict:
 
 @pytest.fixture
 def champion(tmp_path, store, tiny_model):
-    _select(tmp_path, _tiny_checkpoints(tmp_path / "ckpt", tiny_model, {10: 0.2, 20: 0.5}))
+    _select(tmp_path, tiny_checkpoints(tmp_path / "ckpt", tiny_model, {10: 0.2, 20: 0.5}))
     return store.get_model_version_by_alias(NAME, "champion")
 
 
@@ -78,9 +78,9 @@ def test_check_runs_with_the_registered_champion(champion, evidence_workdir, mon
 
 
 def test_a_new_selection_leaves_the_older_versions_files_as_they_were(tmp_path, store):
-    _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.2, 20: 0.5}))
+    _select(tmp_path, fake_checkpoints(tmp_path / "a", {10: 0.2, 20: 0.5}))
     first = store.get_model_version_by_alias(NAME, "champion")
-    _select(tmp_path, _fake_checkpoints(tmp_path / "b", {30: 0.9}))  # overwrites models/selected
+    _select(tmp_path, fake_checkpoints(tmp_path / "b", {30: 0.9}))  # overwrites models/selected
     second = store.get_model_version_by_alias(NAME, "champion")
     assert (str(first.version), str(second.version)) == ("1", "2")
     old = resolve_model(f"models:/{NAME}/1")
@@ -98,7 +98,7 @@ def test_a_new_selection_leaves_the_older_versions_files_as_they_were(tmp_path, 
     (f"models:/{NAME}", "not a registered model reference"),
 ])
 def test_a_registry_reference_that_names_nothing_is_one_line(tmp_path, store, uri, message):
-    _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.2}))
+    _select(tmp_path, fake_checkpoints(tmp_path / "a", {10: 0.2}))
     with pytest.raises(ModelNotFoundError, match=re.escape(message)) as e:
         resolve_model(uri)
     assert "\n" not in str(e.value)
@@ -120,8 +120,8 @@ def test_the_registry_with_tracking_off_or_unreachable_is_one_line(tmp_path, mon
 def test_evaluation_metrics_are_metrics_of_the_logged_model(tmp_path, store, caplog):
     from biocheck.evaluate.compare import tag_registered_versions
 
-    _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.2, 20: 0.5}))
-    _select(tmp_path, _fake_checkpoints(tmp_path / "b", {10: 0.4}), alias="outcome_only")
+    _select(tmp_path, fake_checkpoints(tmp_path / "a", {10: 0.2, 20: 0.5}))
+    _select(tmp_path, fake_checkpoints(tmp_path / "b", {10: 0.4}), alias="outcome_only")
     champion = store.get_model_version_by_alias(NAME, "champion")
     challenger = store.get_model_version_by_alias(NAME, "outcome_only")  # the ablation's own alias
     metrics = {s: {"scifact": {"n": 3, "accuracy": 0.5, "macro_f1": 0.25, "eqs": None, "ci": {"accuracy": {}}},
@@ -157,7 +157,7 @@ def test_a_plain_mlflow_downloads_the_artifacts(tmp_path, monkeypatch):
     project.mkdir()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)  # not the project: MLflow's default would put the files under ./mlruns
-    _select(project, _fake_checkpoints(project / "ckpt", {10: 0.2}))
+    _select(project, fake_checkpoints(project / "ckpt", {10: 0.2}))
     client = mlflow.MlflowClient(tracking.tracking_uri())
     version = client.get_model_version_by_alias(NAME, "champion")
     experiment = client.get_experiment_by_name("biocheck-train")
@@ -234,7 +234,7 @@ def test_a_second_selection_of_the_same_checkpoints_writes_and_registers_nothing
     from biocheck.io import InputError
     from tests.helpers.eval_project import held
 
-    ckpts = _fake_checkpoints(tmp_path / "ckpt", {10: 0.2, 20: 0.5})
+    ckpts = fake_checkpoints(tmp_path / "ckpt", {10: 0.2, 20: 0.5})
     with held(ckpts), pytest.raises(InputError, match=re.escape(
             f"select.checkpoints {ckpts}: another selection (biocheck select) is writing into this folder now")):
         _select(tmp_path, ckpts)

@@ -19,7 +19,7 @@ from biocheck.labels import Label
 from biocheck.llm.load import model_fingerprint
 from biocheck.train.select import SelectConfig, select
 from biocheck.wiring.served import ServeConfig
-from tests.helpers.checkpoints import NAME, _fake_checkpoints, _tiny_checkpoints
+from tests.helpers.checkpoints import NAME, fake_checkpoints, tiny_checkpoints
 
 runner = CliRunner()
 
@@ -37,11 +37,11 @@ def _aliases(client) -> dict[str, str]:
 
 
 def test_champion_moves_only_to_a_challenger_that_beats_it(tmp_path, store):  # noqa: F811
-    first = _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.5}))["registered"]
+    first = _select(tmp_path, fake_checkpoints(tmp_path / "a", {10: 0.5}))["registered"]
     assert first["promoted"] and _aliases(store) == {"champion": "1", "challenger": "1"}
     assert store.get_model_version(NAME, "1").tags["promotion"].startswith("first version")
 
-    worse = _select(tmp_path, _fake_checkpoints(tmp_path / "b", {10: 0.3}))["registered"]
+    worse = _select(tmp_path, fake_checkpoints(tmp_path / "b", {10: 0.3}))["registered"]
     assert not worse["promoted"]
     assert _aliases(store) == {"champion": "1", "challenger": "2"}  # the worse one is only the challenger
     tags = store.get_model_version(NAME, "2").tags
@@ -50,25 +50,25 @@ def test_champion_moves_only_to_a_challenger_that_beats_it(tmp_path, store):  # 
     assert tags["validation_reward"] == "0.3" and tags["validation.outcome"] == "0.15"  # its validation results
     assert "validation reward 0.3000" in store.get_model_version(NAME, "2").description
 
-    tie = _select(tmp_path, _fake_checkpoints(tmp_path / "c", {10: 0.5}))["registered"]
+    tie = _select(tmp_path, fake_checkpoints(tmp_path / "c", {10: 0.5}))["registered"]
     assert not tie["promoted"] and _aliases(store)["champion"] == "1"  # a tie keeps the champion
 
-    better = _select(tmp_path, _fake_checkpoints(tmp_path / "d", {10: 0.7}))["registered"]
+    better = _select(tmp_path, fake_checkpoints(tmp_path / "d", {10: 0.7}))["registered"]
     assert better["promoted"] and _aliases(store) == {"champion": "4", "challenger": "4"}
     assert store.get_model_version(NAME, "4").tags["compared_with"] == "1"
 
 
 def test_the_outcome_only_ablation_is_never_the_challenger(tmp_path, store):  # noqa: F811
-    _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.2}))
-    ablation = _select(tmp_path, _fake_checkpoints(tmp_path / "b", {10: 0.9}), variant="outcome_only")
+    _select(tmp_path, fake_checkpoints(tmp_path / "a", {10: 0.2}))
+    ablation = _select(tmp_path, fake_checkpoints(tmp_path / "b", {10: 0.9}), variant="outcome_only")
     assert ablation["registered"]["alias"] == "outcome_only" and "promoted" not in ablation["registered"]
     assert _aliases(store) == {"champion": "1", "challenger": "1", "outcome_only": "2"}
     assert store.get_model_version(NAME, "2").tags["variant"] == "outcome_only"
 
 
 def test_promote_by_hand_and_its_one_line_errors(tmp_path, store):  # noqa: F811
-    _select(tmp_path, _fake_checkpoints(tmp_path / "a", {10: 0.5}))
-    _select(tmp_path, _fake_checkpoints(tmp_path / "b", {10: 0.3}))
+    _select(tmp_path, fake_checkpoints(tmp_path / "a", {10: 0.5}))
+    _select(tmp_path, fake_checkpoints(tmp_path / "b", {10: 0.3}))
     r = runner.invoke(app, ["model", "promote", "--name", NAME])  # the challenger, by default
     assert r.exit_code == 0, r.output
     assert _aliases(store)["champion"] == "2" and "champion -> v2" in r.output
@@ -91,7 +91,7 @@ def served(tmp_path, store, tiny_model, evidence):  # noqa: F811
     cfg, _ = evidence
     serve = ServeConfig(agent={"max_searches": 1, "max_new_tokens": 48, "abstract_chars": 200},
                         search={"backend": "local", "index_dir": str(cfg.index_dir), "max_results": 2})
-    _select(tmp_path, _tiny_checkpoints(tmp_path / "ckpt", tiny_model, {10: 0.5}), serve=serve)
+    _select(tmp_path, tiny_checkpoints(tmp_path / "ckpt", tiny_model, {10: 0.5}), serve=serve)
     shutil.move(cfg.index_dir, tmp_path / "moved-index")
     return store.get_model_version_by_alias(NAME, "champion")
 

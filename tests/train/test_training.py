@@ -26,14 +26,14 @@ from biocheck.train.grpo import TrainConfig, latest_checkpoint, prepare_out_dir,
 from biocheck.train.reward_funcs import COMPONENTS, RewardBank
 from biocheck.train.select import SelectConfig, checkpoint_table, choose, select
 from biocheck.train.training import TRAINING_AGENT_FIELDS, run_key
-from tests.helpers.checkpoints import _fake_checkpoints, _rollouts, _weights
+from tests.helpers.checkpoints import fake_checkpoints, grpo_weights, rollouts
 from tests.helpers.paths import REPO
 
 # --- reward bank ----------------------------------------------------------------------------------
 
 
 def test_reward_bank_components_equal_the_library_and_score_once(evidence, monkeypatch):
-    envs, completions = _rollouts(evidence)
+    envs, completions = rollouts(evidence)
     claims, labels = ["Vitamin D prevents fractures."] * 3, ["SUPPORTED", "SUPPORTED", "REFUTED"]
     calls = []
     import biocheck.train.reward_funcs as tr
@@ -81,7 +81,7 @@ def test_the_bank_groups_by_claim_id_and_funnels_where_it_knows_the_gold(evidenc
     from biocheck.data.schema import GoldEvidence
     from biocheck.rewards.funnel import gold_papers
 
-    envs, completions = _rollouts(evidence)
+    envs, completions = rollouts(evidence)
     gold = {"c1": gold_papers([GoldEvidence(doc_id="101", sentences=[0], label=Label.SUPPORTED)],
                               lambda d: ["Vitamin D supplementation reduced hip fractures in older adults."])}
     bank = RewardBank(RewardConfig(), judge=None, gold=gold)
@@ -111,7 +111,7 @@ def _checkpoint_dirs(out: Path, steps, complete: bool = True) -> None:
         d = out / f"checkpoint-{step}"
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps({"step": step}))
-        (d / "model.safetensors").write_bytes(_weights(step))
+        (d / "model.safetensors").write_bytes(grpo_weights(step))
         if complete:  # the Trainer writes its state last
             (d / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
 
@@ -470,7 +470,7 @@ def test_validation_scores_the_episodes_without_trls_eval_loss():
 
 def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    ckpts = _fake_checkpoints(tmp_path / "ckpt", {10: 0.2, 20: 0.5, 30: 0.5, 40: 0.3})
+    ckpts = fake_checkpoints(tmp_path / "ckpt", {10: 0.2, 20: 0.5, 30: 0.5, 40: 0.3})
     rows, _ = checkpoint_table(ckpts)
     assert [r["step"] for r in rows] == [10, 20, 30, 40]
     # each component's validation mean, by name; other logged numbers are left out
@@ -482,7 +482,7 @@ def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
     assert result["selected_step"] == 20 and result["start_eval_reward"] == 0.1
     assert result["selected_eval_reward"] == 0.5
     assert json.loads((tmp_path / "selected" / "selection.json").read_text()) == rows[1]  # what was chosen, and why
-    assert (tmp_path / "selected" / "model.safetensors").read_bytes() == _weights(20)
+    assert (tmp_path / "selected" / "model.safetensors").read_bytes() == grpo_weights(20)
     assert not (tmp_path / "selected" / "optimizer.pt").exists()
     assert json.loads((tmp_path / "sel.json").read_text())["table"][2]["eval_reward"] == 0.5
     curve = (tmp_path / "curve.csv").read_text().splitlines()  # long format: no empty cell for DVC to draw as 0
@@ -508,14 +508,14 @@ def test_select_best_validation_reward_ties_to_earlier(tmp_path, monkeypatch):
 
 
 def test_a_checkpoint_name_with_more_dashes_is_read_by_its_last_number(tmp_path):
-    ckpts = _fake_checkpoints(tmp_path / "ckpt", {5: 0.3})
+    ckpts = fake_checkpoints(tmp_path / "ckpt", {5: 0.3})
     (ckpts / "checkpoint-5").rename(ckpts / "checkpoint-run-a-5")  # still a finished checkpoint of step 5
     rows, _ = checkpoint_table(ckpts)
     assert [(r["step"], r["eval_reward"]) for r in rows] == [(5, 0.3)]
 
 
 def test_checkpoints_are_ordered_by_step_and_read_from_the_latest_state(tmp_path):
-    ckpts = _fake_checkpoints(tmp_path / "ckpt", {9: 0.4, 10: 0.6})
+    ckpts = fake_checkpoints(tmp_path / "ckpt", {9: 0.4, 10: 0.6})
     rows, history = checkpoint_table(ckpts)
     assert [r["step"] for r in rows] == [9, 10]  # not by name ("checkpoint-10" < "checkpoint-9")
     # the numerically latest state holds every evaluation; checkpoint-9's state stops before step 10
@@ -525,12 +525,12 @@ def test_checkpoints_are_ordered_by_step_and_read_from_the_latest_state(tmp_path
 
 
 def test_a_checkpoint_without_a_validation_reward_is_never_chosen(tmp_path):
-    ckpts = _fake_checkpoints(tmp_path / "ckpt", {10: 0.2, 20: 0.3})
+    ckpts = fake_checkpoints(tmp_path / "ckpt", {10: 0.2, 20: 0.3})
     history = json.loads((ckpts / "checkpoint-20" / "trainer_state.json").read_text())["log_history"]
     late = ckpts / "checkpoint-30"  # saved at a step without an evaluation, with a far better training reward
     late.mkdir()
     (late / "config.json").write_text("{}")
-    (late / "model.safetensors").write_bytes(_weights(30))
+    (late / "model.safetensors").write_bytes(grpo_weights(30))
     (late / "trainer_state.json").write_text(json.dumps({"log_history": history + [{"step": 30, "reward": 9.0}]}))
     (ckpts / "checkpoint-40").mkdir()  # killed mid-save: no trainer_state.json
     rows, _ = checkpoint_table(ckpts)
@@ -551,7 +551,7 @@ def test_choose_best_validation_reward_rules():
 
 
 def test_selection_without_a_start_evaluation_and_the_reward_curve(tmp_path):
-    ckpts = _fake_checkpoints(tmp_path / "ckpt", {9: 0.25, 10: 0.5}, start=None)
+    ckpts = fake_checkpoints(tmp_path / "ckpt", {9: 0.25, 10: 0.5}, start=None)
     state = ckpts / "checkpoint-10" / "trainer_state.json"
     logged = json.loads(state.read_text())["log_history"]
     state.write_text(json.dumps({"log_history": [*logged, {"step": 11, "reward": 0.125}]}))  # trained, not evaluated
@@ -593,7 +593,7 @@ class _Loaded:
         name = "config.json" if self.kind == "model" else "tokenizer.json"
         (Path(d) / name).write_text(json.dumps({"from": str(self.path)}))
         if self.kind == "model":  # weights that pass the model-folder check
-            (Path(d) / "model.safetensors").write_bytes(_weights(1))
+            (Path(d) / "model.safetensors").write_bytes(grpo_weights(1))
 
 
 class _Trainer:
@@ -640,7 +640,7 @@ class _Wiring:
         self.tmp = tmp_path
         (tmp_path / "base").mkdir()  # models/base as `model init` leaves it: checked before training reads it
         (tmp_path / "base" / "config.json").write_text("{}")
-        (tmp_path / "base" / "model.safetensors").write_bytes(_weights(0))
+        (tmp_path / "base" / "model.safetensors").write_bytes(grpo_weights(0))
         self.loads, self.splits, self.corpus_dirs, self.fingerprinted, self.tools = [], [], [], [], []
         self.demos, self.sft, self.trainers, self.runs, self.metrics, self.judges = [], [], [], [], [], []
         self.tool, self.judge = types.SimpleNamespace(max_results=3), object()
