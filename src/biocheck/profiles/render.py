@@ -1,15 +1,9 @@
-"""Parameter profiles: profiles/base.yaml states every key once (its default, and its help as the comment beside
-it); profiles/NAME.yaml holds only the keys a profile changes. A profile's params.yaml is the base with those
-values, written in the form DVC writes back, the base's comments kept.
-
-This module knows YAML text, not stages: `biocheck.params` parses what it renders, `biocheck.pipeline` checks it.
-"""
+"""A profile's params.yaml: profiles/base.yaml with the profile's values, in the form DVC writes back, the base's
+comments kept. YAML text only: `biocheck.params` parses what this renders, `biocheck.pipeline` checks its values."""
 
 from __future__ import annotations
 
 import io
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +12,9 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from biocheck.io import InputError
+from biocheck.profiles.helptext import Key, entries
 
 BASE = "base.yaml"
-OPTIONAL = "(optional)"  # a base key whose help starts so is written only by the profiles that set it
-Key = tuple[str, ...]
 
 # The lines under a profile's description in the params.yaml it renders to.
 HEADER = """\
@@ -69,59 +62,6 @@ def _load(path: Path, text: str) -> Any:
         raise InputError(f"{path}: not valid YAML{at}: {problem}; fix the file.") from None
 
 
-# --- help: the comments of base.yaml -------------------------------------------------------------------------
-
-_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[^\s#\-][^:#]*?):(?: +(?P<rest>.*))?$")
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One key of base.yaml: where it is, its default as written, its help (its comments, joined)."""
-
-    key: Key
-    value: str
-    help: str
-
-    @property
-    def name(self) -> str:
-        return ".".join(self.key)
-
-    @property
-    def optional(self) -> bool:
-        return self.help.startswith(OPTIONAL)
-
-
-def entries(base_text: str) -> list[Entry]:
-    """Every key of base.yaml in file order, with its help: the comment on its line and the comment lines under
-    it (a blank line, a list item or the next key ends them). The comments above the first key are the file's."""
-    out: list[tuple[Key, str, list[str]]] = []
-    stack: list[tuple[int, str]] = []  # (indent, key) of the open sections
-    current: list[str] | None = None
-    for line in base_text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            if current is not None:
-                current.append(stripped.lstrip("#").strip())
-            continue
-        match = _KEY_LINE.match(line)
-        if not match:  # a blank line or a list item
-            current = None
-            continue
-        indent = len(match["indent"])
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        value, _, comment = (match["rest"] or "").partition(" #")
-        if value.lstrip().startswith("#"):  # `key:   # help`: no value, the comment only
-            value, comment = "", value.lstrip()[1:]
-        key = (*(k for _, k in stack), match["key"])
-        current = [comment.strip()] if comment.strip() else []
-        out.append((key, value.strip(), current))
-        stack.append((indent, match["key"]))
-    return [Entry(key, value, " ".join(part for part in parts if part)) for key, value, parts in out]
-
-
-# --- render: the base with a profile's values ----------------------------------------------------------------
-
 def _plain(value: Any) -> Any:
     """An override's value without its comments (they say why the profile differs; the render keeps the base's)."""
     if isinstance(value, dict):
@@ -141,8 +81,7 @@ def _replace_seq(old: Any, items: list[Any]) -> CommentedSeq:
     return new
 
 
-def _merge(base: CommentedMap, override: Any, where: Key, path: Path, optional: set[Key],
-           given: set[Key]) -> None:
+def _merge(base: CommentedMap, override: Any, where: Key, path: Path, given: set[Key]) -> None:
     if not isinstance(override, dict):
         shown = ".".join(where) or "the top level"
         raise InputError(f"{path}: {shown} is a section of keys in profiles/{BASE}, not a single value; give its "
@@ -155,7 +94,7 @@ def _merge(base: CommentedMap, override: Any, where: Key, path: Path, optional: 
         given.add(at)
         old = base[key]
         if isinstance(old, dict):
-            _merge(old, value, at, path, optional, given)
+            _merge(old, value, at, path, given)
         elif isinstance(value, list):
             base[key] = _replace_seq(old, _plain(value))
         else:  # a scalar, or a mapping where the base has one value (evaluate.baseline_model per system)
@@ -200,7 +139,7 @@ def render(path: Path) -> str:
     tree = _load(base_path, base_text)
     optional = {e.key for e in entries(base_text) if e.optional}
     given: set[Key] = set()
-    _merge(tree, overrides(path), (), path, optional, given)
+    _merge(tree, overrides(path), (), path, given)
     _drop_unset(tree, optional, given)
     out = io.StringIO()
     _yaml().dump(tree, out)
