@@ -9,7 +9,7 @@ from typing import Any
 
 from biocheck.io import InputError
 from biocheck.profiles.helptext import Entry, Key, entries
-from biocheck.profiles.render import BASE, _load, _read, inline, names, values
+from biocheck.profiles.render import BASE, inline, load, names, read, values
 
 DOC_COMMAND = "biocheck profile doc --out docs/parameters.md"
 
@@ -26,9 +26,9 @@ class Row:
 
 def rows(folder: Path) -> list[Row]:
     base_path = folder / BASE
-    base_text = _read(base_path)
-    tree = _load(base_path, base_text)
-    own = {name: (values(path), {e.key: e.help for e in entries(_read(path))}) for name, path in names(folder).items()}
+    base_text = read(base_path)
+    tree = load(base_path, base_text)
+    own = {name: (values(path), {e.key: e.help for e in entries(read(path))}) for name, path in names(folder).items()}
 
     def default(key: Key) -> Any:
         node = tree

@@ -42,7 +42,8 @@ def names(folder: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted(folder.glob("*.yaml")) if p.name != BASE}
 
 
-def _read(path: Path) -> str:
+def read(path: Path) -> str:
+    """A profile file's text; a clear InputError when it cannot be read."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -52,7 +53,8 @@ def _read(path: Path) -> str:
         raise InputError(f"{path}: cannot read the profile ({getattr(e, 'strerror', None) or e}).") from None
 
 
-def _load(path: Path, text: str) -> Any:
+def load(path: Path, text: str) -> Any:
+    """YAML text as ruamel's round-trip tree (comments kept); a clear InputError naming the file and line."""
     try:
         return _yaml().load(text)
     except YAMLError as e:  # a duplicated key too: ruamel refuses it
@@ -123,7 +125,7 @@ def description(text: str) -> list[str]:
 
 def overrides(path: Path) -> Any:
     """A profile's own values (as ruamel loads them: numbers keep the form they are written in)."""
-    data = _load(path, _read(path))
+    data = load(path, read(path))
     if data is None:
         return CommentedMap()
     if not isinstance(data, dict):
@@ -135,8 +137,8 @@ def overrides(path: Path) -> Any:
 def render(path: Path) -> str:
     """The params.yaml of the profile file `path`: its folder's base.yaml with the profile's values."""
     base_path = path.parent / BASE
-    base_text = _read(base_path)
-    tree = _load(base_path, base_text)
+    base_text = read(base_path)
+    tree = load(base_path, base_text)
     optional = {e.key for e in entries(base_text) if e.optional}
     given: set[Key] = set()
     _merge(tree, overrides(path), (), path, given)
@@ -146,13 +148,13 @@ def render(path: Path) -> str:
     body = out.getvalue().splitlines(keepends=True)
     while body and body[0].startswith("#"):  # base.yaml's own header: the profile's replaces it
         body.pop(0)
-    head = [line + "\n" for line in description(_read(path))]
+    head = [line + "\n" for line in description(read(path))]
     return "".join(head) + HEADER.format(name=path.stem) + "".join(body)
 
 
 def values(path: Path) -> dict[Key, Any]:
     """A profile's own values by key (a mapping given where the base has one value counts as one value)."""
-    base = _load(path.parent / BASE, _read(path.parent / BASE))
+    base = load(path.parent / BASE, read(path.parent / BASE))
     out: dict[Key, Any] = {}
 
     def walk(node: Any, base_node: Any, where: Key) -> None:
