@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from biocheck.params import load_params
 from tests.test_params import changed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ NOT_INPUTS = ("profile", "tracking", "orchestrate")  # MLflow names and how a st
 
 
 def profile(name: str) -> dict[str, Any]:
-    return yaml.safe_load((REPO / "profiles" / f"{name}.yaml").read_text())
+    return load_params(REPO / "profiles" / f"{name}.yaml")  # base.yaml with the profile's values
 
 
 STUDY = "study/dvc.yaml"
