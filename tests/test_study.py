@@ -38,7 +38,7 @@ PROFILES = ("quickstart", "smol", "paper")
 
 
 def _profile(name: str) -> dict:
-    return load_params(REPO / "profiles" / f"{name}.yaml")  # base.yaml with the profile's values
+    return dict(load_params(REPO / "profiles" / f"{name}.yaml"))  # base.yaml with the profile's values
 
 
 def _study_yaml() -> dict:
