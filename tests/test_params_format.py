@@ -3,14 +3,14 @@
 `dvc exp run -S key=value` loads params.yaml with ruamel's round-trip loader, sets the key and dumps the whole
 file again (dvc.utils.hydra.apply_overrides, dvc.utils.serialize.modify_yaml). Comments and alignment survive,
 but an explicit `null` comes back as an empty value, so a file that spelled out `null` had every such line
-rewritten by a run that changed one other key. `biocheck profile use` copies a profile verbatim, so the
-profiles keep the same form.
+rewritten by a run that changed one other key. `biocheck profile use` writes profiles/base.yaml with a
+profile's values (biocheck.profiles.render): the base, the profiles' override files and every render keep the
+same form.
 """
 
 from __future__ import annotations
 
 import difflib
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,17 @@ import yaml
 from tests.helpers.paths import REPO
 
 FILES = ["params.yaml", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "profiles").glob("*.yaml"))]
+RENDERS = sorted(p.stem for p in (REPO / "profiles").glob("*.yaml") if p.name != "base.yaml")
+WHOLE = ["params.yaml", "profiles/base.yaml", *(f"render:{name}" for name in RENDERS)]  # every key, not overrides
+
+
+def text_of(name: str) -> str:
+    """A file's text, or (render:NAME) the params.yaml `biocheck profile use NAME` writes."""
+    if name.startswith("render:"):
+        from biocheck.profiles import render
+
+        return render(REPO / "profiles" / f"{name.removeprefix('render:')}.yaml")
+    return (REPO / name).read_text()
 
 pytest.importorskip("dvc")
 
@@ -37,21 +48,21 @@ def changed_lines(a: str, b: str) -> list[str]:
             if line[:1] in "+-" and not line.startswith(("+++", "---"))]
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", [*FILES, *(f"render:{name}" for name in RENDERS)])
 def test_dvc_writes_the_file_back_unchanged(name, tmp_path):
     copy = tmp_path / "params.yaml"
-    shutil.copy(REPO / name, copy)
-    text = (REPO / name).read_text()
+    text = text_of(name)
+    copy.write_text(text)
     assert changed_lines(text, dvc_rewrites(copy)) == []
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", WHOLE)
 def test_set_param_changes_only_its_own_line(name, tmp_path):
     """What `dvc exp run -S evaluate.limit=7` does to the file: one line, the key's."""
     from dvc.utils.hydra import apply_overrides
 
     copy = tmp_path / "params.yaml"
-    shutil.copy(REPO / name, copy)
+    copy.write_text(text_of(name))
     text = copy.read_text()
     before = yaml.safe_load(text)
     limit, dtype = (before["evaluate"]["limit"] or 0) + 1, "float16" if before["agent"]["dtype"] != "float16" else None

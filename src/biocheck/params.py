@@ -1,5 +1,8 @@
 """params.yaml as plain data: read it, map one section onto a stage's Config dataclass, and back.
 
+A profile's file (profiles/NAME.yaml, beside profiles/base.yaml) loads as the base with its values, so
+`--params profiles/smol.yaml` runs the smol profile as `biocheck profile use smol` would write it.
+
 params.yaml is plain data (one section per stage); each stage's Config dataclass lives beside the
 stage. This module knows no stage: `biocheck.pipeline` says which section feeds which Config. Every
 error names the file, the key and what is accepted.
@@ -22,6 +25,7 @@ from typing import Annotated, Any, TypeVar
 import annotated_types as at
 import yaml
 
+from biocheck import profiles
 from biocheck.io import InputError, file_kind
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -71,7 +75,8 @@ def load_params(path: Path | str = DEFAULT_PARAMS) -> dict[str, Any]:
     if kind := file_kind(mode):  # reading a FIFO would block, /dev/zero never ends
         raise InputError(f"{path}: is a {kind}, not a parameters file; give a file such as params.yaml.")
     try:
-        text = path.read_text(encoding="utf-8")
+        # a profile's override file (profiles/smol.yaml) reads as the params.yaml `biocheck profile use` writes
+        text = profiles.render(path) if profiles.is_override(path) else path.read_text(encoding="utf-8")
         if not text.strip():
             raise InputError(f"{path}: the parameters file is empty; restore it (`biocheck profile use quickstart`) "
                              "or give another --params.")

@@ -233,9 +233,11 @@ def test_request_timeout_is_how_not_what_so_it_never_reruns_a_trace(tmp_path):
 
 def test_every_profile_states_the_request_timeout():
 
+    from biocheck.params import load_params
+
     repo = REPO
     for path in [repo / "params.yaml", *sorted((repo / "profiles").glob("*.yaml"))]:
-        value = yaml.safe_load(path.read_text())["agent"].get("request_timeout_s")
+        value = load_params(path)["agent"].get("request_timeout_s")  # a profile: base.yaml with its values
         assert isinstance(value, int | float) and value > 0, path
 
 

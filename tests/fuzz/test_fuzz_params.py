@@ -16,7 +16,7 @@ from biocheck.pipeline import stage_inputs
 from tests.helpers.params import stages
 from tests.helpers.paths import REPO
 
-PROFILES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((REPO / "profiles").glob("*.yaml"))}
+PROFILES = {p.stem: dict(load_params(p)) for p in sorted((REPO / "profiles").glob("*.yaml"))}  # base + values
 STAGES = list(stages())
 
 

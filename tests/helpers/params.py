@@ -6,11 +6,12 @@ from typing import Any
 
 import yaml
 
+from biocheck.params import load_params
 from tests.helpers.paths import REPO
 
 
 def profile(name: str) -> dict[str, Any]:
-    return yaml.safe_load((REPO / "profiles" / f"{name}.yaml").read_text())
+    return load_params(REPO / "profiles" / f"{name}.yaml")  # base.yaml with the profile's values
 
 
 STUDY = "study/dvc.yaml"
@@ -30,7 +31,7 @@ def stages() -> dict[str, dict[str, Any]]:
 def all_stages() -> dict[str, dict[str, Any]]:
     """stages() and study/dvc.yaml's (`study/dvc.yaml:name`; a `matrix` stage by one of its items, the first
     variant and seed for training, the last for evaluation: every item shares one spec, and a unit's own
-    variant and seed are not params it reads, tests/test_study.py)."""
+    variant and seed are not params it reads, tests/study/test_units.py)."""
     out = stages()
     study = profile("quickstart")["study"]
     first, last = f"{study['variants'][0]}-{study['seeds'][0]}", f"{study['variants'][-1]}-{study['seeds'][-1]}"

@@ -28,6 +28,7 @@ from biocheck.cli import app
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.io import InputError
 from biocheck.orchestration import dvc
+from biocheck.params import load_params
 from biocheck.rewards.funnel import Funnel
 from biocheck.study import units as study
 from tests.helpers.builders import model_files
@@ -37,7 +38,7 @@ PROFILES = ("quickstart", "smol", "paper")
 
 
 def _profile(name: str) -> dict:
-    return yaml.safe_load((REPO / "profiles" / f"{name}.yaml").read_text())
+    return dict(load_params(REPO / "profiles" / f"{name}.yaml"))  # base.yaml with the profile's values
 
 
 def _study_yaml() -> dict:
