@@ -116,13 +116,13 @@ def test_log_lines_are_redacted(monkeypatch, caplog):
     assert KEY not in caplog.text and MASK in caplog.text
 
 
-def test_tracking_never_stores_a_secret(monkeypatch, tmp_path):
+def test_tracking_never_stores_a_secret(monkeypatch, tmp_path, mlflow_db):
     import mlflow
 
     from biocheck import tracking
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{mlflow_db}")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "a.json").write_text(json.dumps({"stop_reason": f"llm_error: {KEY}"}))

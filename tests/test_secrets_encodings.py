@@ -137,7 +137,7 @@ def test_a_short_user_name_without_a_password_is_an_account_not_a_key(monkeypatc
     assert redact(f"user {user} logged in") == (f"user {user} logged in" if len(user) < 8 else f"user {MASK} logged in")
 
 
-def test_mlflow_params_and_tags_hold_no_encoded_secret(monkeypatch, tmp_path):
+def test_mlflow_params_and_tags_hold_no_encoded_secret(monkeypatch, tmp_path, mlflow_db):
     """The MLflow sink: every encoding as a param and a tag of a `check` run, read back from the store."""
     import mlflow
 
@@ -145,7 +145,7 @@ def test_mlflow_params_and_tags_hold_no_encoded_secret(monkeypatch, tmp_path):
 
     secret = "Zq7Xw3Vt9K&u5Rs/1Pn8Lm+4Jh2"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{mlflow_db}")
     monkeypatch.delenv(tracking.PIPELINE_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     forms = encodings(secret)

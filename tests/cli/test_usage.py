@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from biocheck.cli import app, options
+from tests.helpers.paths import REPO
 
 runner = CliRunner()
 
@@ -97,7 +98,19 @@ def test_the_texts_the_issue_found_wrong():
     train = next(line for line in help_of(()).splitlines() if line.strip().startswith("train "))
     assert "models/sft" in train and "models/base" not in train  # it starts from the SFT warm start
     profile = help_of(("profile",))
-    assert "59 min" in profile  # the README's measured time is the one the help cites
+    assert "min" not in profile and "profile list" in profile  # no time of its own: each profile's file says it
+
+
+def test_profile_list_says_what_each_profile_is_for_in_its_files_words(monkeypatch):
+    from biocheck.profiles import description
+
+    monkeypatch.chdir(REPO)
+    r = runner.invoke(app, ["profile", "list", "--params", str(REPO / "params.yaml")])
+    assert r.exit_code == 0, r.output
+    for name in ("quickstart", "smol", "paper"):
+        first = description((REPO / "profiles" / f"{name}.yaml").read_text())[0]
+        line, = (line for line in r.output.splitlines() if f" {name}  (" in line)
+        assert first.removeprefix("# BioCheck pipeline parameters: ").rstrip(".") in line
 
 
 def test_the_commands_keep_their_order():

@@ -59,11 +59,11 @@ NAME = "biocheck-agent"
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
+def store(tmp_path, monkeypatch, mlflow_db):
     """A tracking store of this test's own (its registry starts empty) and a model cache of its own."""
     for name in (tracking.PIPELINE_ENV, "DVC_STAGE", "DVC_ROOT", "BIOCHECK_TRACKING"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{mlflow_db}")
     monkeypatch.setenv("BIOCHECK_MODEL_CACHE", str(tmp_path / "model-cache"))
     mlflow.set_tracking_uri(tracking.tracking_uri())
     return mlflow.MlflowClient()

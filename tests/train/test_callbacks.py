@@ -34,10 +34,10 @@ def test_clip_ratios_are_dropped_only_while_they_are_zero_by_construction():
     assert m.keep("clip_ratio/low_mean", 2) and m.keep("rewards/outcome/mean", 1) and m.keep("loss", 1)
 
 
-def test_the_callback_logs_into_the_open_run_with_the_config_as_an_artifact(tmp_path):
+def test_the_callback_logs_into_the_open_run_with_the_config_as_an_artifact(tmp_path, mlflow_db):
     from transformers import TrainingArguments
 
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'm.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{mlflow_db}")
     mlflow.set_experiment("curves")
     args = TrainingArguments(output_dir=str(tmp_path / "o"), report_to=[], use_cpu=True)
     state = SimpleNamespace(is_world_process_zero=True, global_step=3)

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from biocheck.train.grpo import TrainConfig, latest_checkpoint, prepare_out_dir,
 from biocheck.train.reward_funcs import COMPONENTS, RewardBank
 from biocheck.train.select import SelectConfig, checkpoint_table, choose, select
 from biocheck.train.training import TRAINING_AGENT_FIELDS, run_key
+from tests.helpers.builders import write_raw
 from tests.helpers.checkpoints import fake_checkpoints, grpo_weights, rollouts
 from tests.helpers.paths import REPO
 
@@ -915,16 +917,25 @@ def test_sft_disabled_records_it_and_trains_nothing(wiring):
 
 # --- the real loop: tiny model, a few steps, killed and resumed -----------------------------------
 
-@pytest.fixture
-def project(tmp_path, raw_dir, tiny_model):
-    """A project folder with prepared data, index and the tiny model, and params for a short run."""
+@pytest.fixture(scope="module")
+def _prepared(tmp_path_factory) -> Path:
+    """Raw data, prepared data and its index + store, built once for this module's projects (each test copies them)."""
     from biocheck.data.prepare import PrepareConfig, prepare
     from biocheck.evidence.build import EvidenceConfig, build_evidence
 
+    root = tmp_path_factory.mktemp("train-project")
+    raw = write_raw(root / "raw")
+    prepare(PrepareConfig(raw_dir=raw, out_dir=root / "prepared", metrics_path=None, subset={"val": 4}))
+    build_evidence(EvidenceConfig(corpus=root / "prepared" / "corpus.jsonl", index_dir=root / "index",
+                                  store=root / "ev.sqlite", metrics_path=None, progress=False))
+    return root
+
+
+@pytest.fixture
+def project(tmp_path, _prepared, tiny_model):
+    """A project folder with prepared data, index and the tiny model, and params for a short run."""
+    shutil.copytree(_prepared, tmp_path, dirs_exist_ok=True)
     prepared = tmp_path / "prepared"
-    prepare(PrepareConfig(raw_dir=raw_dir, out_dir=prepared, metrics_path=None, subset={"val": 4}))
-    build_evidence(EvidenceConfig(corpus=prepared / "corpus.jsonl", index_dir=tmp_path / "index",
-                                  store=tmp_path / "ev.sqlite", metrics_path=None, progress=False))
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"]["out_dir"] = str(prepared)
     params["evidence"].update(index_dir=str(tmp_path / "index"), store=str(tmp_path / "ev.sqlite"))

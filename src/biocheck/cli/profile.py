@@ -18,10 +18,9 @@ from biocheck.cli.errors import _fail, _run, _usage_file
 from biocheck.cli.options import ParamsOpt
 from biocheck.params import load_params
 
-profile_app = typer.Typer(help="Parameter profiles: quickstart (CPU, minutes), smol (CPU, a real small model: about 80 min on 2 "
-                               "cores, the README's 59 min plus the judge_eqs and audit stages, before issue 48's groups of 8 "
-                               "and 16 validation claims; longer now, not re-measured) and paper (GPU, full data). Each is "
-                               "profiles/base.yaml (every key's default and help) with its own values.",
+profile_app = typer.Typer(help="Parameter profiles: each is profiles/base.yaml (every key's default and help) with the "
+                               "values of profiles/NAME.yaml. `biocheck profile list` names them and what each is for "
+                               "(the first line of its file).",
                           no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(profile_app, name="profile")
 PROFILES_DIR = Path("profiles")
@@ -49,7 +48,7 @@ def _renders(found: dict[str, Path]) -> set[str]:
 
 @profile_app.command("list")
 def profile_list(params: ParamsOpt = Path("params.yaml")) -> None:
-    """List the profiles in profiles/ and mark the one params.yaml holds."""
+    """List the profiles in profiles/, each with what it is for (its file's first line); mark the one params.yaml holds."""
     from biocheck.io import InputError
 
     current = None
@@ -59,7 +58,19 @@ def profile_list(params: ParamsOpt = Path("params.yaml")) -> None:
         except InputError as e:  # a broken params.yaml must not hide the profiles that can replace it
             err.print(f"warning: {e}", markup=False, highlight=False)
     for name, path in _profiles().items():
-        _echo(f"{'*' if name == current else ' '} {name}  ({path})")
+        _echo(f"{'*' if name == current else ' '} {name}  ({path})  {_summary(path)}")
+
+
+def _summary(path: Path) -> str:
+    """What a profile is for: its file's first line, without the words every profile's first line shares."""
+    from biocheck import profiles
+    from biocheck.io import InputError
+
+    try:
+        first = next(iter(profiles.description(path.read_text(encoding="utf-8"))), "")
+    except (OSError, UnicodeDecodeError, InputError):
+        return ""
+    return first.lstrip("# ").removeprefix("BioCheck pipeline parameters: ").rstrip(".")
 
 
 @profile_app.command("use")
