@@ -38,7 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import yaml  # noqa: E402
 from eval_throughput import build_index, fake_server, make_claims  # noqa: E402
-from tests.orchestration.test_eval_flow import metrics, predictions  # noqa: E402
+from tests.helpers.eval_outputs import metrics, predictions  # noqa: E402
 
 from biocheck.orchestration.config import DASK_ADDRESS_ENV  # noqa: E402
 

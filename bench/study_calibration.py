@@ -29,7 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.study.test_analysis import null_studies  # noqa: E402
+from tests.helpers.null_studies import null_studies  # noqa: E402
 
 from biocheck.study.analysis import Table, difference  # noqa: E402
 

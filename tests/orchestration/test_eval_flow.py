@@ -20,6 +20,7 @@ from biocheck.evaluate.systems import Lazy
 from biocheck.io import InputError
 from biocheck.llm.base import LLMError
 from tests.helpers.builders import model_files, write_test_splits
+from tests.helpers.eval_outputs import metrics, predictions
 from tests.helpers.fake_openai import FakeOpenAI, assistant
 
 CLAIMS = {"scifact": [(str(i), f"Vitamin D variant {i} lowers fracture risk.", ["SUPPORTED", "REFUTED", "NEI"][i % 3])
@@ -76,24 +77,6 @@ def project(evidence_workdir: Path) -> Path:
     params["orchestrate"].update(shards=3, dask_workers=2, dask_address=None)
     (evidence_workdir / "params.yaml").write_text(yaml.safe_dump(params))
     return evidence_workdir
-
-
-def without_timing(x):
-    """A prediction or metrics JSON without its wall-clock keys (seconds, seconds_total, seconds_mean): the
-    only values that differ between two runs of the same episodes."""
-    if isinstance(x, dict):
-        return {k: without_timing(v) for k, v in x.items() if not k.startswith("seconds")}
-    return [without_timing(v) for v in x] if isinstance(x, list) else x
-
-
-def predictions(out: Path) -> dict:
-    """Every predictions file under `out` (path -> its lines), without timing."""
-    return {p.relative_to(out).as_posix(): [without_timing(json.loads(line)) for line in p.read_text().splitlines()]
-            for p in sorted((out / "predictions").rglob("*.jsonl"))}
-
-
-def metrics(out: Path, name: str = "eval.json") -> dict:
-    return without_timing(json.loads((out / name).read_text()))
 
 
 # --- shards -------------------------------------------------------------------------------------------
