@@ -22,7 +22,7 @@ from biocheck.evaluate.gallery import Provenance, write_gallery
 from biocheck.evaluate.systems.base import Prediction
 from biocheck.evidence.types import Article
 from biocheck.labels import Label
-from tests.helpers.browser import chromium_executable
+from tests.helpers.browser import chromium
 
 XSS = "<script>alert(1)</script>"
 S, R, N = Label.SUPPORTED, Label.REFUTED, Label.NEI
@@ -298,15 +298,8 @@ def test_hostile_text_in_claim_quote_query_and_title_is_escaped_in_the_gallery(t
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
-                                   "(pip install playwright): the gallery's browser tests need it")
-    exe = chromium_executable()
-    if exe is None:
-        pytest.skip("no Chromium executable (apt-get install chromium, or set BIOCHECK_CHROMIUM)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+    with chromium("the gallery's browser tests") as b:
         yield b
-        b.close()
 
 
 @pytest.fixture()

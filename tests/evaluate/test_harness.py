@@ -30,6 +30,7 @@ from biocheck.labels import Label
 from biocheck.llm.base import LLMError
 from biocheck.llm.scripted import ScriptedChat
 from tests.helpers.eval_project import claims
+from tests.helpers.judges import HalfJudge
 from tests.helpers.turns import REPORT, search
 
 TURNS = [search("vitamin D AND fracture*"), {"content": REPORT}]
@@ -53,18 +54,6 @@ class CountingChat(ScriptedChat):
         if "FAIL" in user:
             raise LLMError("server down (sk-secret-value)")
         return super().chat(messages, tools)
-
-
-class HalfJudge:
-    """Every pair is SUPPORTED with probability 0.75 (EQS of a report citing one retrieved paper: 0.75)."""
-
-    spec, prompt_hash = "half", "h"
-
-    def fingerprint(self):
-        return "half"
-
-    def score(self, pairs):
-        return [{"SUPPORTED": 0.75, "REFUTED": 0.05, "NEI": 0.2} for _ in pairs]
 
 
 @pytest.fixture

@@ -287,28 +287,20 @@ def test_dvc_plots_show_needs_no_network(page):
 def test_dvc_plots_show_draws_every_plot_offline(page):
     """Opened in Chromium with every network request refused: each plot renders (vega-embed adds its
     canvas or SVG), without a script error."""
-    from tests.helpers.browser import chromium_executable
+    from tests.helpers.browser import chromium
 
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
-    exe = chromium_executable()
-    if exe is None:
-        pytest.skip("no Chromium executable (apt-get install chromium, or set BIOCHECK_CHROMIUM)")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            ctx = browser.new_context()
-            asked: list[str] = []
-            ctx.route("**/*", lambda route: (asked.append(route.request.url), route.abort())
-                      if not route.request.url.startswith("file:") else route.continue_())
-            tab = ctx.new_page()
-            errors: list[str] = []
-            tab.on("pageerror", lambda e: errors.append(str(e)))
-            tab.goto(page.as_uri())
-            tab.wait_for_function("document.querySelectorAll('div[id] canvas, div[id] svg.marks').length >= 5",
-                                  timeout=30_000)
-            drawn = tab.evaluate("document.querySelectorAll('div[id] canvas, div[id] svg.marks').length")
-        finally:
-            browser.close()
+    with chromium("the plots' browser test") as browser:
+        ctx = browser.new_context()
+        asked: list[str] = []
+        ctx.route("**/*", lambda route: (asked.append(route.request.url), route.abort())
+                  if not route.request.url.startswith("file:") else route.continue_())
+        tab = ctx.new_page()
+        errors: list[str] = []
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.goto(page.as_uri())
+        tab.wait_for_function("document.querySelectorAll('div[id] canvas, div[id] svg.marks').length >= 5",
+                              timeout=30_000)
+        drawn = tab.evaluate("document.querySelectorAll('div[id] canvas, div[id] svg.marks').length")
     assert drawn >= 5 and errors == [] and asked == []
 
 

@@ -24,17 +24,8 @@ from biocheck.io import InputError
 from biocheck.llm.base import LLMError
 from biocheck.llm.scripted import ScriptedChat
 from biocheck.pipeline import evaluate_config, evaluate_stage, select_stage
-from biocheck.tracking import tracking_uri
 from biocheck.wiring import params_of
 from tests.helpers.checkpoints import fake_checkpoints
-
-
-@pytest.fixture
-def client(monkeypatch):
-    for name in (tracking.PIPELINE_ENV, "DVC_STAGE", "DVC_ROOT"):
-        monkeypatch.delenv(name, raising=False)
-    mlflow.set_tracking_uri(tracking_uri())
-    return mlflow.MlflowClient()
 
 
 @pytest.fixture

@@ -29,14 +29,6 @@ from tests.helpers.projects import flow_project
 PIPELINE_NAME = re.compile(r"pipeline \d{4}-\d\d-\d\d \d\d:\d\d")
 
 
-@pytest.fixture
-def client(monkeypatch):
-    for name in (tracking.PIPELINE_ENV, "DVC_STAGE", "DVC_ROOT"):
-        monkeypatch.delenv(name, raising=False)
-    mlflow.set_tracking_uri(tracking_uri())
-    return mlflow.MlflowClient()
-
-
 def _runs(client, experiment: str, query: str) -> list:
     exp = client.get_experiment_by_name(experiment)
     return client.search_runs([exp.experiment_id], filter_string=query) if exp else []

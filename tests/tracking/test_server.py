@@ -29,7 +29,7 @@ import yaml
 
 from biocheck import pipeline, wiring
 from biocheck.io import atomic_path
-from tests.helpers.browser import chromium_executable
+from tests.helpers.browser import chromium
 from tests.helpers.builders import write_test_splits
 from tests.helpers.eval_project import REPORT
 from tests.helpers.mlflow_server import MlflowServer, mlflow_server
@@ -241,15 +241,8 @@ def expect():
 
 @pytest.fixture(scope="module")
 def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
-                                   "(pip install playwright): the MLflow UI tests need it")
-    exe = chromium_executable()
-    if exe is None:
-        pytest.skip("no Chromium executable (apt-get install chromium, or set BIOCHECK_CHROMIUM)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+    with chromium("the MLflow UI tests") as b:
         yield b
-        b.close()
 
 
 @pytest.fixture()

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-
-class HalfJudge:
-    spec, prompt_hash = "half", "h"
-
-    def fingerprint(self):
-        return "half"
-
-    def score(self, pairs):
-        return [{"SUPPORTED": 0.75, "REFUTED": 0.05, "NEI": 0.2} for _ in pairs]
+from tests.helpers.judges import HalfJudge
 
 
 def test_the_weighted_training_reward_equals_score_with_distinct_betas(evidence):
