@@ -8,9 +8,13 @@ import json
 import pytest
 
 from biocheck.io import InputError
+from biocheck.llm import GenerationConfig, make_llm
+from biocheck.llm.openai_backend import OpenAIChat
 from biocheck.llm.scripted import ScriptedChat
 from biocheck.narrative.extract import MAX_PASSAGE_CHARS, extract, find_span
 from biocheck.narrative.prompts import extraction_prompt
+from tests.helpers.fake_openai import FakeOpenAI
+from tests.helpers.fake_openai import assistant as fake_answer
 
 PASSAGE = "Metformin lowers blood glucose and reduces weight. Is that true for everyone? Statins cut LDL."
 
@@ -131,3 +135,25 @@ def test_find_span_verbatim_first_then_normalised_else_none():
     assert passage[span.start:span.end] == "\u0130 B  Statins"
     assert find_span(passage, "Statins cut HDL") is None
     assert find_span(passage, "   ") is None
+
+
+def test_an_openai_compatible_server_answers_the_extraction():
+    answer = {"claims": [{"claim": "Statins cut LDL.", "quote": "Statins cut LDL."}],
+              "skipped": [{"quote": "Is that true for everyone?", "reason": "question"}]}
+    fake = FakeOpenAI(lambda body, headers: (200, fake_answer({"content": "```json\n" + json.dumps(answer) + "\n```"})))
+    try:
+        out = extract(PASSAGE, OpenAIChat("m", base_url=fake.url, api_key=""))
+    finally:
+        fake.close()
+    assert out.method == "model" and out.texts() == ["Statins cut LDL."]
+    (request,) = fake.requests
+    assert "tools" not in request["body"]  # no tool is offered: the answer is JSON text
+    assert request["body"]["messages"][1] == {"role": "user", "content": PASSAGE}
+
+
+def test_a_local_transformers_model_that_cannot_follow_the_format_gets_the_fallback(tiny_model):
+    # the tiny model's weights are random: what it writes is no JSON object with claims
+    chat = make_llm(f"transformers:{tiny_model}", GenerationConfig(max_new_tokens=8))
+    out = extract(PASSAGE, chat)
+    assert out.method == "sentences" and "sentence rule" in out.note
+    assert out.texts() == ["Metformin lowers blood glucose and reduces weight.", "Statins cut LDL."]

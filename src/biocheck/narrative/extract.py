@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
 from biocheck.io import InputError
 from biocheck.llm.base import ChatLLM
 from biocheck.narrative.prompts import extraction_prompt
-from biocheck.narrative.schema import SKIP_REASONS, ExtractedClaim, Extraction, SkippedSpan, Span
+from biocheck.narrative.schema import SKIP_REASONS, ExtractedClaim, Extraction, SkippedSpan, SkipReason, Span
 from biocheck.narrative.sentences import sentences, skip_reason
 
 # The longest passage checked at once: a long article's worth of text (about 3,000 words). Every claim is a
@@ -170,4 +170,4 @@ def _skipped(passage: str, item: Any, i: int) -> SkippedSpan:
     if reason not in SKIP_REASONS:
         raise _FormatError(f"{where}'s reason {reason[:30]!r} is none of {', '.join(SKIP_REASONS)}")
     span = _quoted(passage, _field(item, "quote", where), where)
-    return SkippedSpan(span.start, span.end, reason=reason)  # type: ignore[arg-type]
+    return SkippedSpan(span.start, span.end, reason=cast(SkipReason, reason))
