@@ -17,7 +17,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from biocheck.data.prepare import load_full
 from biocheck.data.schema import ClaimRecord
@@ -77,12 +77,18 @@ def held_out_claims(prepared_dir: Path | str = "data/prepared") -> list[ClaimRec
     return [c for c in load_full("scifact", prepared_dir) if c.split == "test"]
 
 
+class _Claim(NamedTuple):
+    id: str
+    text: str  # white space collapsed: the exact text of the passage's span
+    label: Label
+
+
 def build_passages(claims: Iterable[HeldOutClaim], seed: int, n_passages: int) -> list[BenchPassage]:
     """Up to `n_passages` passages from `claims` (module docstring); fewer when the claims run out."""
     if n_passages < 1:
         raise InputError(f"n_passages is {n_passages}; ask for at least 1 passage.")
-    pool = sorted(((str(c.id), " ".join(c.claim.split()), Label(c.label)) for c in claims), key=lambda c: c[:2])
-    pool = [c for c in pool if c[1]]
+    pool = sorted(_Claim(str(c.id), " ".join(c.claim.split()), Label(c.label)) for c in claims)
+    pool = [c for c in pool if c.text]
     rng = random.Random(seed)
     rng.shuffle(pool)
     passages: list[BenchPassage] = []
@@ -93,33 +99,30 @@ def build_passages(claims: Iterable[HeldOutClaim], seed: int, n_passages: int) -
     return passages
 
 
-def _compose(passage_id: str, chosen: list[tuple[str, str, Label]], rng: random.Random) -> BenchPassage:
-    # (sentence, what it is): a claim, a connective, or the non-claim
-    pieces: list[tuple[str, Any]] = []
+def _compose(passage_id: str, chosen: list[_Claim], rng: random.Random) -> BenchPassage:
+    # the sentences in order: a claim, or (sentence, "connective" or the non-claim's reason)
+    order: list[_Claim | tuple[str, str]] = []
     for i, claim in enumerate(chosen):
         if i:
-            pieces.append((rng.choice(CONNECTIVES), "connective"))
-        text = claim[1]
-        pieces.append((text if text.endswith((".", "!", "?")) else text + ".", claim))
+            order.append((rng.choice(CONNECTIVES), "connective"))
+        order.append(claim)
     non_claim, reason = rng.choice(NON_CLAIMS)
-    pieces.insert(rng.randint(0, len(pieces)), (non_claim, reason))
-    text, at = "", 0
-    claims: list[GoldClaim] = []
-    connectives: list[Span] = []
-    skipped: SkippedSpan | None = None
-    for sentence, what in pieces:
-        if text:
-            text += " "
-            at += 1
-        if isinstance(what, tuple):
-            claims.append(GoldClaim(at, at + len(what[1]), claim_id=what[0], text=what[1], label=what[2]))
-        elif what == "connective":
-            connectives.append(Span(at, at + len(sentence)))
+    at_non_claim = rng.randint(0, len(order))
+    order.insert(at_non_claim, (non_claim, reason))
+    text, claims, connectives, spans = "", [], [], []
+    for piece in order:
+        text += " " if text else ""
+        start = len(text)
+        if isinstance(piece, _Claim):
+            claims.append(GoldClaim(start, start + len(piece.text), claim_id=piece.id, text=piece.text,
+                                    label=piece.label))
+            text += piece.text if piece.text.endswith((".", "!", "?")) else piece.text + "."
         else:
-            skipped = SkippedSpan(at, at + len(sentence), reason=what)
-        text += sentence
-        at += len(sentence)
-    assert skipped is not None  # one non-claim is inserted above
+            text += piece[0]
+            if piece[1] == "connective":
+                connectives.append(Span(start, len(text)))
+        spans.append(Span(start, len(text)))
+    skipped = SkippedSpan(spans[at_non_claim].start, spans[at_non_claim].end, reason=reason)
     return BenchPassage(passage_id, text, tuple(claims), skipped, tuple(connectives))
 
 
