@@ -73,3 +73,8 @@ def test_the_length_rule_is_the_constant():
     enough = " ".join(["word"] * MIN_CLAIM_WORDS) + "."
     assert skip_reason(short) == "not a claim"
     assert skip_reason(enough) is None
+
+
+def test_etc_and_no_end_a_sentence():
+    assert texts("We tested mice, rats, etc. The results held.") == ["We tested mice, rats, etc.", "The results held."]
+    assert texts("The answer was no. Trials disagreed.") == ["The answer was no.", "Trials disagreed."]

@@ -20,9 +20,10 @@ import re
 from biocheck.narrative.schema import SkipReason, Span
 from biocheck.text import sentence_spans
 
-# Abbreviations that end in a full stop inside a sentence (lower case; matched at the end of a piece).
+# Abbreviations that end in a full stop inside a sentence (any case; matched at the end of a piece). Not "etc."
+# or "no.": they often end a sentence ("The answer was no."), and joining two sentences costs more than a cut.
 ABBREVIATIONS: tuple[str, ...] = ("e.g.", "i.e.", "et al.", "vs.", "cf.", "approx.", "fig.", "figs.", "ref.",
-                                  "dr.", "prof.", "no.", "vol.", "ca.", "resp.", "incl.", "etc.")
+                                  "dr.", "prof.", "vol.", "ca.", "resp.", "incl.")
 # First-person markers of what a reader cannot check against the literature (whole words, any case).
 OPINION_MARKERS: tuple[str, ...] = ("i think", "i believe", "i feel", "in my opinion", "in my view",
                                     "personally", "imho", "i guess", "i doubt", "i am convinced",
