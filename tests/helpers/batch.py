@@ -42,3 +42,17 @@ def batch_ids(out, claims=CLAIMS, *, cfg: AgentConfig | None = None, search=SEAR
     assert summary["episodes"] + len(summary.get("failed", [])) == len(claims)  # the summary always covers every claim
     assert json.loads((out / "summary.json").read_text()) == summary
     return sorted(c["claim_id"] for c in claims if any(c["claim"] in u for u in llm.asked[before:]))
+
+
+class VerdictChat(RecordingChat):
+    """RecordingChat whose report refutes every claim that holds one of `refute` (the others: SUPPORTED)."""
+
+    def __init__(self, refute: tuple[str, ...] = (), fail: set[str] = frozenset()) -> None:
+        super().__init__(fail=fail)
+        self.refute = refute
+
+    def chat(self, messages, tools):
+        turn = super().chat(messages, tools)
+        if any(text in messages[1]["content"] for text in self.refute):
+            return type(turn)(content=REPORT.replace("\nSUPPORTED\n", "\nREFUTED\n"))
+        return turn
