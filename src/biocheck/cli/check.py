@@ -36,6 +36,11 @@ def check(
         help="Batch: a JSONL file of claims (prepared records or {\"claim\": ...} per line).")] = None,
     out: Annotated[Path | None, typer.Option(help="Batch: folder for one trace per claim + summary.json.")] = None,
     workers: Annotated[int | None, typer.Option(help="Batch: episodes in parallel [default: agent.workers].")] = None,
+    text: Annotated[Path | None, typer.Option(
+        "--text", help="A passage: a text file (- for stdin) whose claims are each fact-checked; needs --out DIR.",
+        allow_dash=True)] = None,
+    extractor: Annotated[Literal["model", "sentences"], typer.Option(
+        help="--text: who finds the claims: the agent's own model, or the sentence rule (deterministic).")] = "model",
     mlflow_log: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="Log the run (and traces) to MLflow.")] = False,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
@@ -58,6 +63,12 @@ def check(
     a claim whose text changed runs again. DIR holds one run: another model, prompt, setting or index
     into it is refused (give it a new --out). Claims whose model failed (unreachable, a malformed
     answer, agent.request_timeout_s run out) are listed under "failed" in summary.json (exit code 1).
+
+    Passage: --text FILE (or - for stdin) --out DIR finds the passage's check-worthy claims (--extractor model: the
+    agent's own model, falling back to the sentence rule with a note; sentences: the rule alone), runs the agent
+    on each as a batch into DIR (a rerun on the same passage reuses each claim's trace), and prints one report:
+    the passage with each claim's span marked by its verdict, the skipped sentences and why, then each claim's
+    report. It is also written to DIR/narrative.md, .json and .html (docs/narratives.md).
     """
     from biocheck.agent.run import (
         choose_llm,
@@ -73,7 +84,14 @@ def check(
     from biocheck.wiring import agent as make_agent
     from biocheck.wiring import params_of
 
-    if (claim is None) == (claims is None):
+    if text is not None and (claim is not None or claims is not None):
+        _fail("give one of a CLAIM, --claims FILE.jsonl or --text FILE, not more (see `biocheck check --help`).",
+              code=2)
+    if text is not None and (out is None or trace is not None):
+        _fail("--text needs --out DIR for the claims' traces and the report (no --trace), e.g. "
+              "biocheck check --text passage.txt --out runs/passage", code=2)
+    passage = _read_passage(text) if text is not None else None
+    if text is None and (claim is None) == (claims is None):
         _fail("give either a CLAIM or --claims FILE.jsonl --out DIR (see `biocheck check --help`).", code=2)
     if claim is not None and not claim.strip():
         _fail('the claim is empty: give the claim to check, e.g. biocheck check "Vitamin D prevents fractures."',
@@ -112,6 +130,9 @@ def check(
             "prompt_hash": agent.prompts_hash, "search": search_cfg.backend}
     with _maybe_mlflow(mlflow_log, p, {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta},
                        {"model_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash}):
+        if passage is not None:
+            return _check_passage(passage, agent, out, fmt, extractor, workers=agent_cfg.workers,
+                                  search=plain(search_cfg), mlflow_log=mlflow_log)
         if todo is not None:
             summary = _run(run_batch, agent, todo, out, workers=agent_cfg.workers, progress=sys.stderr.isatty(),
                            search=plain(search_cfg),
@@ -138,6 +159,59 @@ def check(
                      artifacts=trace)
         _log_traces(mlflow_log, episode=episode)
     _echo(_render(episode, fmt, meta))
+
+
+def _read_passage(path: Path) -> str:
+    """The passage of --text (bytes from a file or stdin), or one usage error line naming it and how to fix it."""
+    import click
+
+    from biocheck.io import InputError
+    from biocheck.narrative.extract import check_passage
+
+    name = "stdin" if str(path) == "-" else str(path)
+    try:
+        data = click.get_binary_stream("stdin").read() if str(path) == "-" else path.read_bytes()
+    except FileNotFoundError:
+        _fail(f"--text {name}: no such file; give a text file's path, or - to read the passage from stdin.", code=2)
+    except IsADirectoryError:
+        _fail(f"--text {name}: is a folder; give a text file's path, or - to read the passage from stdin.", code=2)
+    except OSError as e:
+        _fail(f"--text {name}: cannot be read ({e.strerror or e}); give a readable text file.", code=2)
+    try:
+        return check_passage(data)
+    except InputError as e:
+        _fail(f"--text {name}: {e}", code=2)
+    raise AssertionError("unreachable")  # _fail raises
+
+
+def _check_passage(passage: str, agent, out: Path, fmt: str, extractor: str, workers: int, search: dict,
+                   mlflow_log: bool) -> None:
+    """--text: the claims extracted, each checked into `out`, the report printed and written beside the traces."""
+    from biocheck.io import write_text_atomic
+    from biocheck.narrative.extract import extract
+    from biocheck.narrative.report import FORMATS as REPORT_FORMATS
+    from biocheck.narrative.report import render
+    from biocheck.narrative.run import check_passage_claims
+
+    extraction = _run(extract, passage, agent.llm if extractor == "model" else None)
+    if extraction.note:
+        err.print(f"note: {extraction.note}", markup=False, highlight=False, soft_wrap=True)
+    result = _run(check_passage_claims, extraction, agent, out, workers=workers, progress=sys.stderr.isatty(),
+                  search=search,
+                  on_interrupt=f"interrupted; the traces of the claims that finished are kept in {out}; rerun the "
+                               "same command to resume: those claims are reused and the rest run.")
+    pages = {f: render(result, f) for f in REPORT_FORMATS}  # every page rendered before any is written
+    for f, page in pages.items():
+        _run(write_text_atomic, out / f"narrative.{f}", page)
+    _log_metrics(mlflow_log, {"claims": len(result.claims), "skipped": len(result.skipped),
+                              "failed": sum(1 for c in result.claims if c.error)}, artifacts=out)
+    err.print(f"{result.overall} (reused {result.reused} trace{'' if result.reused == 1 else 's'}; report in "
+              f"{out / ('narrative.' + fmt)})", markup=False, highlight=False, soft_wrap=True)
+    _echo(pages[fmt])
+    failed = [c for c in result.claims if c.error]
+    if failed:
+        _fail(f"{len(failed)} of {len(result.claims)} claims failed (marked FAILED in the report; rerun to retry "
+              f"them); first: {failed[0].id}: {failed[0].error}")
 
 
 def _say_search(n: int, budget: int, record) -> None:
