@@ -90,3 +90,13 @@ def test_text_is_exclusive_with_a_claim_and_claims(check_workdir, extra):
 def test_text_needs_out(check_workdir):
     r = runner.invoke(app, ["check", "--text", "-"], input=PASSAGE)
     assert_one_clear_line(r, "--out")
+
+
+def test_the_model_extractor_falls_back_to_the_sentence_rule_with_a_note(check_workdir):
+    # the script's first turn is the agent's search call, not extraction JSON: the rule stands in, and says so
+    r = runner.invoke(app, ["check", "--text", "-", "--out", "out", "--llm", "scripted:script.json", "--format",
+                            "json"], input=PASSAGE)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["method"] == "sentences" and data["note"].startswith("the model's extraction was not used")
+    assert "note: the model's extraction was not used" in r.stderr and len(data["claims"]) == 2
