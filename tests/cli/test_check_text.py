@@ -87,6 +87,11 @@ def test_text_is_exclusive_with_a_claim_and_claims(check_workdir, extra):
     assert_one_clear_line(r, "--text")
 
 
+def test_an_extractor_without_text_is_refused_not_ignored(check_workdir):
+    r = runner.invoke(app, ["check", "Vitamin D prevents fractures.", "--extractor", "sentences"])
+    assert r.exit_code == 2 and assert_one_clear_line(r, "--extractor", "--text")
+
+
 def test_text_needs_out(check_workdir):
     r = runner.invoke(app, ["check", "--text", "-"], input=PASSAGE)
     assert_one_clear_line(r, "--out")

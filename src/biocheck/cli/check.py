@@ -39,8 +39,9 @@ def check(
     text: Annotated[Path | None, typer.Option(
         "--text", help="A passage: a text file (- for stdin) whose claims are each fact-checked; needs --out DIR.",
         allow_dash=True)] = None,
-    extractor: Annotated[Literal["model", "sentences"], typer.Option(
-        help="--text: who finds the claims: the agent's own model, or the sentence rule (deterministic).")] = "model",
+    extractor: Annotated[Literal["model", "sentences"] | None, typer.Option(
+        help="--text: who finds the claims: the agent's own model, or the sentence rule (deterministic) "
+             "[default: model].")] = None,
     mlflow_log: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="Log the run (and traces) to MLflow.")] = False,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
@@ -90,6 +91,8 @@ def check(
     if text is not None and (out is None or trace is not None):
         _fail("--text needs --out DIR for the claims' traces and the report (no --trace), e.g. "
               "biocheck check --text passage.txt --out runs/passage", code=2)
+    if extractor is not None and text is None:
+        _fail("--extractor chooses who finds a passage's claims: give it with --text FILE.", code=2)
     passage = _read_passage(text) if text is not None else None
     if text is None and (claim is None) == (claims is None):
         _fail("give either a CLAIM or --claims FILE.jsonl --out DIR (see `biocheck check --help`).", code=2)
@@ -131,7 +134,7 @@ def check(
     with _maybe_mlflow(mlflow_log, p, {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta},
                        {"model_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash}):
         if passage is not None:
-            return _check_passage(passage, agent, out, fmt, extractor, workers=agent_cfg.workers,
+            return _check_passage(passage, agent, out, fmt, extractor or "model", workers=agent_cfg.workers,
                                   search=plain(search_cfg), mlflow_log=mlflow_log)
         if todo is not None:
             summary = _run(run_batch, agent, todo, out, workers=agent_cfg.workers, progress=sys.stderr.isatty(),
