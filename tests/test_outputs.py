@@ -30,17 +30,6 @@ from tests.helpers.paths import REPO
 runner = CliRunner()
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch, raw_dir) -> Path:
-    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["data"]["raw_dir"] = str(raw_dir)
-    params["data"]["subset"] = {"train": 4}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def a_store_folder(path: Path) -> dict[str, bytes]:
     """A folder holding what a user would hate to lose (an evidence store); returns its files' bytes."""
     path.mkdir(parents=True)
