@@ -10,8 +10,8 @@ from tests.helpers.builders import write_raw
 from tests.helpers.paths import REPO
 
 # Fixtures that tests in several folders use, each defined once in a helper module.
-pytest_plugins = ["tests.helpers.checkpoints", "tests.helpers.cli", "tests.helpers.eval_project", "tests.helpers.projects",
-                  "tests.helpers.tiny"]
+pytest_plugins = ["tests.helpers.checkpoints", "tests.helpers.cli", "tests.helpers.eval_project",
+                  "tests.helpers.narrative_project", "tests.helpers.projects", "tests.helpers.tiny"]
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

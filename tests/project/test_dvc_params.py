@@ -52,7 +52,8 @@ ALTERNATIVES = {"reward.variant": ["outcome_only"], "search.backend": ["replay",
                 "evaluate.cer.ranker": ["encoder:some/model"], "train.vllm_server_base_url": ["http://gpu0:8000"],
                 "train.lora": [{"r": 16, "lora_alpha": 32}], "agent.cache": ["static"],
                 "train.cache_implementation": ["static"], "train.generation_dtype": ["bfloat16"],
-                "study.reference": ["outcome_only"], "train.curriculum": ["reachable"]}
+                "study.reference": ["outcome_only"], "train.curriculum": ["reachable"],
+                "narratives.system": ["base"], "narratives.extractor": ["sentences"]}
 
 
 def candidates(key: str, value: Any, others: list[dict[str, Any]]) -> list[Any]:

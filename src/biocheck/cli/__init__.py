@@ -21,7 +21,7 @@ import sys
 # The commands and groups register as these modules are imported: this order is their order in `biocheck --help`.
 # isort: off
 from biocheck.cli.base import app
-from biocheck.cli import data, evidence, model, judge, profile, check, reward, training, evaluate, study, report  # noqa: F401
+from biocheck.cli import data, evidence, model, judge, profile, check, reward, training, evaluate, narratives, study, report  # noqa: F401
 # isort: on
 from biocheck.cli.examples import _epilog, _with_examples
 from biocheck.cli.usage import _Group

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 
 from biocheck.data.prepare import load_full
 from biocheck.data.schema import ClaimRecord
-from biocheck.io import InputError, atomic_path, dump_jsonl
+from biocheck.io import InputError, atomic_path, dump_jsonl, read_jsonl
 from biocheck.labels import Label
 from biocheck.narrative.schema import SkippedSpan, SkipReason, Span
 
@@ -130,3 +130,22 @@ def write_passages(dest: Path | str, passages: Iterable[BenchPassage]) -> int:
     """The passages as JSON lines, written atomically; the number written."""
     with atomic_path(dest) as tmp:
         return dump_jsonl(tmp, (p.to_row() for p in passages))
+
+
+def read_passages(path: Path | str) -> list[BenchPassage]:
+    """The passages `write_passages` wrote (InputError naming the file and line when one is not such a row)."""
+    if not Path(path).is_file():
+        raise InputError(f"{path}: no such file; compose the passages first: `dvc repro narrative_passages` (or "
+                         "`biocheck narratives passages`).")
+    out = []
+    for i, row in enumerate(read_jsonl(path, fix="Rebuild it: `dvc repro narrative_passages`."), 1):
+        try:
+            out.append(BenchPassage(
+                row["id"], row["text"],
+                tuple(GoldClaim(c["start"], c["end"], claim_id=str(c["claim_id"]), text=c["text"],
+                                label=Label(c["label"])) for c in row["claims"]),
+                SkippedSpan(**row["non_claim"]), tuple(Span(**s) for s in row["connectives"])))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{path}, line {i}: not a benchmark passage ({type(e).__name__}: {e}); rebuild it: "
+                             "`dvc repro narrative_passages`.") from None
+    return out

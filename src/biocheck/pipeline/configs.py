@@ -1,5 +1,5 @@
 """The configs of the stages above the build layer (`wiring` builds those below it): train, select, serve,
-evaluate, orchestrate, audit, and the training setup one run needs."""
+evaluate, narratives, orchestrate, audit, and the training setup one run needs."""
 
 from __future__ import annotations
 
@@ -57,6 +57,12 @@ def evaluate_config(params: dict[str, Any], **overrides: Any):
 
     return section(params, "evaluate", EvaluateConfig, options={"systems": "--systems", "datasets": "--datasets"},
                    **overrides)
+
+
+def narratives_config(params: dict[str, Any], **overrides: Any):
+    from biocheck.evaluate.narratives import NarrativesConfig
+
+    return section(params, "narratives", NarrativesConfig, **overrides)
 
 
 def orchestrate_config(params: dict[str, Any], **overrides: Any):

@@ -11,6 +11,7 @@ from biocheck.params import plain, raw_section
 from biocheck.pipeline.configs import (
     audit_config,
     evaluate_config,
+    narratives_config,
     select_config,
     serve_config,
     train_config,
@@ -71,6 +72,15 @@ def stage_inputs(params: dict[str, Any], stage: str) -> dict[str, Any]:
                 "start": str(model_config(p).out_dir), "prepared": str(prepared_dir(p))}
     if name == "evaluate":
         return {"evaluate": plain(evaluate_config(p)), "models": eval_models(p), **evaluation_inputs(p)}
+    if name in ("narrative_passages", "narratives"):
+        cfg = plain(narratives_config(p))
+        if name == "narrative_passages":
+            return {"narratives": {k: cfg[k] for k in ("passages", "seed", "passages_path")},
+                    "prepared": str(prepared_dir(p))}
+        # the EQS judge and batched turns as the evaluate stage has them; the model evaluate runs for the system
+        ecfg = evaluate_config(p)
+        return {"narratives": cfg, "eqs_judge": ecfg.eqs_judge, "batch_turns": ecfg.batch_turns,
+                "model": eval_models(p)[cfg["system"]], **evaluation_inputs(p)}
     raise InputError(f"{stage}: not a stage of dvc.yaml")
 
 
@@ -89,7 +99,8 @@ def evaluation_inputs(params: dict[str, Any]) -> dict[str, Any]:
 
 # Every stage of dvc.yaml by name (a foreach stage by each of its items): what `check_params` checks.
 STAGES = ("fetch", "prepare", "validate", "evidence", "model", "judge", "judge_eqs", "sft", "audit", "train@eg_grpo",
-          "train@outcome_only", "select@eg_grpo", "select@outcome_only", "evaluate")
+          "train@outcome_only", "select@eg_grpo", "select@outcome_only", "evaluate",
+          "narrative_passages", "narratives")
 
 
 def check_params(params: dict[str, Any]) -> None:

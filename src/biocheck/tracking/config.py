@@ -12,7 +12,7 @@ EXPERIMENTS = {"data": "biocheck-data", "train": "biocheck-train", "eval": "bioc
 # Which experiment a stage logs into (a stage name before any `@key` of a DVC foreach).
 STAGES = {"prepare": "data", "validate": "data", "evidence": "data", "evidence-refresh": "data", "model": "data",
           "judge": "train", "audit": "train", "train": "train", "select": "train", "evaluate": "eval", "check": "eval",
-          "study": "eval"}
+          "study": "eval", "narratives": "eval"}
 PIPELINE_ENV = "BIOCHECK_PIPELINE_ID"  # set by the Prefect pipeline flow; else the ancestor `dvc` process
 PARENT_NAME_ENV = "BIOCHECK_PIPELINE_NAME"  # the parent run's name (a study: `study <name>`)
 RUN_TAGS_ENV = "BIOCHECK_RUN_TAGS"  # JSON tags every run carries (a study unit: study, variant, seed)
@@ -38,7 +38,7 @@ DESCRIPTIONS = {
              "biocheck-agent).",
     "eval": "BioCheck's evaluations: each `evaluate` run (config, gallery) with one child run "
             "`eval <system> <dataset>` per system and dataset (accuracy, macro_f1, eqs, ehr, ... with their n); "
-            "`check` runs; agent episodes in the Traces tab. Filters: params.system = 'eg_grpo' and "
+            "`check` runs; `narratives` runs (the passage benchmark, tag task=narrative); agent episodes in the Traces tab. Filters: params.system = 'eg_grpo' and "
             "params.model_alias = 'selected' (the newest selection); tags.registry_aliases LIKE '%champion%' (the "
             "weights the registry's champion held then).",
 }

@@ -27,7 +27,7 @@ from biocheck.llm.spec import split_spec
 from biocheck.params import DEFAULT_PARAMS, check_types, load_params, raw_section, section, source
 
 SECTIONS = ("profile", "fetch", "data", "validate", "evidence", "search", "model", "agent", "reward", "judge",
-            "audit", "train", "select", "evaluate", "study", "orchestrate", "tracking")
+            "audit", "train", "select", "evaluate", "narratives", "study", "orchestrate", "tracking")
 
 
 def params_of(params: Path | str | dict[str, Any] = DEFAULT_PARAMS) -> dict[str, Any]:
