@@ -51,6 +51,8 @@ TIMEOUT_S = {
     "train": 72 * HOUR,  # one GRPO run; a rerun resumes from its last checkpoint
     "select": HOUR,
     "evaluate": 24 * HOUR,  # seven systems on the full test sets
+    "narrative_passages": HOUR,  # composes text
+    "narratives": 12 * HOUR,  # the paper profile's ~100 passages, four arms (~700 episodes)
     "dvc": 4 * HOUR,  # pull / push of every output
 }
 DEFAULT_TIMEOUT_S = 24 * HOUR

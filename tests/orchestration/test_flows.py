@@ -37,7 +37,8 @@ def test_the_pipeline_pulls_runs_every_area_in_order_and_pushes(steps, tmp_path)
     assert steps.calls[0][1] == (where, "local") and steps.calls[-1][1] == (where, "local")
     assert steps.calls[1][2] == {"params": params, "root": where}  # sub-flows get absolute paths
     assert steps.calls[3][2] == {"params": params, "root": where}
-    assert steps.calls[4][1] == (["evaluate"], where)  # the evaluate area: `evaluate` and what follows it
+    # the evaluate area: `evaluate`, the passage benchmark and what follows them
+    assert steps.calls[4][1] == (["evaluate", "narrative_passages", "narratives"], where)
     assert out["push"] == "local" and out["evaluate"] == {"step": "evaluate"}
 
 

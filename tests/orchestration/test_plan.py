@@ -99,7 +99,8 @@ def test_the_areas_of_dvc_yaml_are_every_stage_in_dvcs_order(tmp_path):
     assert set(p.order) == expanded  # foreach stages expanded as DVC names them
     found = plan.areas(p)
     assert [s for name in plan.AREAS for s in found[name]] == list(p.order)
-    assert found["data"] == ["fetch", "prepare", "validate"] and found["evaluate"] == ["evaluate"]
+    assert found["data"] == ["fetch", "prepare", "validate"]
+    assert found["evaluate"] == ["evaluate", "narrative_passages", "narratives"]  # the passage benchmark too
     assert {"judge_eqs", "audit"} <= set(found["train"])  # the stages no flow ran (issue 47)
 
 

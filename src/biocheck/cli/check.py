@@ -39,8 +39,12 @@ def check(
     text: Annotated[Path | None, typer.Option(
         "--text", help="A passage: a text file (- for stdin) whose claims are each fact-checked; needs --out DIR.",
         allow_dash=True)] = None,
+    passages: Annotated[Path | None, typer.Option(
+        "--passages", help="Batch of passages: a JSONL file, one {\"id\": ..., \"text\": ...} per line (the "
+                           "benchmark's data/narratives/passages.jsonl is one); needs --out DIR: a folder per passage.")
+    ] = None,
     extractor: Annotated[Literal["model", "sentences"] | None, typer.Option(
-        help="--text: who finds the claims: the agent's own model, or the sentence rule (deterministic) "
+        help="--text, --passages: who finds the claims: the agent's own model, or the sentence rule (deterministic) "
              "[default: model].")] = None,
     mlflow_log: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="Log the run (and traces) to MLflow.")] = False,
     params: ParamsOpt = Path("params.yaml"),
@@ -70,6 +74,11 @@ def check(
     on each as a batch into DIR (a rerun on the same passage reuses each claim's trace), and prints one report:
     the passage with each claim's span marked by its verdict, the skipped sentences and why, then each claim's
     report. It is also written to DIR/narrative.md, .json and .html (docs/narratives.md).
+
+    Passages: --passages FILE.jsonl --out DIR does the same for each passage of the file, one after another, into
+    DIR/<id>/ (its traces and narrative.md, .json, .html), prints one line per passage on stderr and writes
+    DIR/summary.json (each passage's overall line, claims, failures, how its claims were found); a rerun
+    reuses every finished claim.
     """
     from biocheck.agent.run import (
         choose_llm,
@@ -85,16 +94,23 @@ def check(
     from biocheck.wiring import agent as make_agent
     from biocheck.wiring import params_of
 
-    if text is not None and (claim is not None or claims is not None):
-        _fail("give one of a CLAIM, --claims FILE.jsonl or --text FILE, not more (see `biocheck check --help`).",
-              code=2)
+    given = [name for name, value in (("a CLAIM", claim), ("--claims", claims), ("--text", text),
+                                      ("--passages", passages)) if value is not None]
+    if len(given) > 1:
+        _fail("give one of a CLAIM, --claims FILE.jsonl, --text FILE or --passages FILE.jsonl, not more (see "
+              "`biocheck check --help`).", code=2)
+    if passages is not None and (out is None or trace is not None):
+        _fail("--passages needs --out DIR for a folder per passage (no --trace), e.g. "
+              "biocheck check --passages passages.jsonl --out runs/passages", code=2)
     if text is not None and (out is None or trace is not None):
         _fail("--text needs --out DIR for the claims' traces and the report (no --trace), e.g. "
               "biocheck check --text passage.txt --out runs/passage", code=2)
-    if extractor is not None and text is None:
-        _fail("--extractor chooses who finds a passage's claims: give it with --text FILE.", code=2)
+    if extractor is not None and text is None and passages is None:
+        _fail("--extractor chooses who finds a passage's claims: give it with --text FILE or --passages FILE.jsonl.",
+              code=2)
     passage = _read_passage(text) if text is not None else None
-    if text is None and (claim is None) == (claims is None):
+    batch = _read_passages(passages) if passages is not None else None
+    if text is None and passages is None and (claim is None) == (claims is None):
         _fail("give either a CLAIM or --claims FILE.jsonl --out DIR (see `biocheck check --help`).", code=2)
     if claim is not None and not claim.strip():
         _fail('the claim is empty: give the claim to check, e.g. biocheck check "Vitamin D prevents fractures."',
@@ -133,6 +149,9 @@ def check(
             "prompt_hash": agent.prompts_hash, "search": search_cfg.backend}
     with _maybe_mlflow(mlflow_log, p, {"agent": plain(agent_cfg), "search": plain(search_cfg), **meta},
                        {"model_fingerprint": agent.llm_fingerprint, "prompt_hash": agent.prompts_hash}):
+        if batch is not None:
+            return _check_passages(batch, agent, out, extractor or "model", workers=agent_cfg.workers,
+                                   search=plain(search_cfg), mlflow_log=mlflow_log)
         if passage is not None:
             return _check_passage(passage, agent, out, fmt, extractor or "model", workers=agent_cfg.workers,
                                   search=plain(search_cfg), mlflow_log=mlflow_log)
@@ -185,6 +204,66 @@ def _read_passage(path: Path) -> str:
     except InputError as e:
         _fail(f"--text {name}: {e}", code=2)
     raise AssertionError("unreachable")  # _fail raises
+
+
+def _read_passages(path: Path) -> list[tuple[str, str]]:
+    """--passages: (id, text) per line, or one usage error line naming the file, the line and how to fix it."""
+    from biocheck.io import InputError, read_jsonl
+    from biocheck.narrative.extract import check_passage
+
+    try:
+        rows = read_jsonl(path)
+    except InputError as e:
+        _fail(f"--passages {e}", code=2)
+    out, seen = [], set()
+    for i, row in enumerate(rows, 1):
+        text, pid = row.get("text"), row.get("id", f"passage-{i}")
+        if not isinstance(text, str) or not isinstance(pid, str | int) or isinstance(pid, bool):
+            _fail(f"--passages {path}, line {i}: needs \"text\" (a string) and an optional \"id\" (a string), e.g. "
+                  '{"id": "p1", "text": "Metformin lowers blood glucose. Does it cause weight loss?"}', code=2)
+        if str(pid) in seen:
+            _fail(f"--passages {path}, line {i}: the id {str(pid)!r} is used twice; give each passage its own id.",
+                  code=2)
+        seen.add(str(pid))
+        try:
+            out.append((str(pid), check_passage(text)))
+        except InputError as e:
+            _fail(f"--passages {path}, line {i} ({str(pid)!r}): {e}", code=2)
+    return out
+
+
+def _check_passages(batch: list[tuple[str, str]], agent, out: Path, extractor: str, workers: int, search: dict,
+                    mlflow_log: bool) -> None:
+    """--passages: each passage as --text would check it, into out/<id>/; one line each, then summary.json."""
+    from biocheck.agent.run import trace_name
+    from biocheck.io import write_json_atomic, write_text_atomic
+    from biocheck.narrative.extract import extract
+    from biocheck.narrative.report import FORMATS as REPORT_FORMATS
+    from biocheck.narrative.report import render
+    from biocheck.narrative.run import check_passage_claims
+
+    summary = []
+    for i, (pid, passage) in enumerate(batch, 1):
+        folder = out / trace_name(pid)
+        extraction = _run(extract, passage, agent.llm if extractor == "model" else None)
+        result = _run(check_passage_claims, extraction, agent, folder, workers=workers, search=search,
+                      progress=sys.stderr.isatty(),
+                      on_interrupt=f"interrupted; finished claims are kept in {out}; rerun the same command to resume.")
+        for f in REPORT_FORMATS:
+            _run(write_text_atomic, folder / f"narrative.{f}", render(result, f))
+        failed = sum(1 for c in result.claims if c.error)
+        summary.append({"id": pid, "folder": folder.name, "overall": result.overall, "claims": len(result.claims),
+                        "failed": failed, "method": result.method, "note": result.note or None})
+        err.print(f"[{i}/{len(batch)}] {pid}: {result.overall}" + (" (sentence rule: the model's extraction was "
+                  "not usable)" if result.note else ""), markup=False, highlight=False, soft_wrap=True)
+    _run(write_json_atomic, out / "summary.json", {"passages": summary})
+    _log_metrics(mlflow_log, {"passages": len(batch), "claims": sum(x["claims"] for x in summary),
+                              "failed": sum(x["failed"] for x in summary)}, artifacts=out)
+    err.print(f"{len(batch)} passages checked: {out / 'summary.json'}", markup=False, highlight=False)
+    failed = [x for x in summary if x["failed"]]
+    if failed:
+        _fail(f"{sum(x['failed'] for x in failed)} claims failed in {len(failed)} passages (marked FAILED in their "
+              f"reports; rerun to retry them); first: {failed[0]['id']}.")
 
 
 def _check_passage(passage: str, agent, out: Path, fmt: str, extractor: str, workers: int, search: dict,

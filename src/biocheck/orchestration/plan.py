@@ -6,7 +6,7 @@ the stage that closes it, and holds whatever dvc.yaml puts upstream of that stag
 
 - data: `validate` and every stage upstream of it (fetch, prepare);
 - evidence: `evidence` and every stage upstream of it not already in data;
-- evaluate: `evaluate` and every stage downstream of it;
+- evaluate: `evaluate` (and `narratives`, the passage benchmark, when dvc.yaml has it) and every stage downstream;
 - train: every other stage (base model, judges, warm start, reward audit, training, selection), so a stage
   added to dvc.yaml is run by the pipeline with no flow edited; with orchestrate.train_deployment set, it runs
   on that deployment's (GPU) host.
@@ -25,6 +25,7 @@ from biocheck.io import InputError
 AREAS = ("data", "evidence", "train", "evaluate")  # the order the pipeline flow runs them in
 # The stage that names each area's boundary (see above); train is what the other three leave.
 ANCHORS = {"data": "validate", "evidence": "evidence", "evaluate": "evaluate"}
+ALSO_EVALUATE = ("narrative_passages", "narratives")  # the passage benchmark: evaluate area too, when present
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ def areas(pipeline: Pipeline, source: str = "dvc.yaml") -> dict[str, list[str]]:
                          "rename it there too")
     data = pipeline.ancestors([ANCHORS["data"]])
     evidence = pipeline.ancestors([ANCHORS["evidence"]]) - data
-    evaluate = pipeline.descendants([ANCHORS["evaluate"]]) - data - evidence
+    evaluations = [ANCHORS["evaluate"], *(s for s in ALSO_EVALUATE if s in pipeline.order)]
+    evaluate = pipeline.descendants(evaluations) - data - evidence
     train = set(pipeline.order) - data - evidence - evaluate
     return {name: pipeline.ordered(stages) for name, stages in
             (("data", data), ("evidence", evidence), ("train", train), ("evaluate", evaluate))}
