@@ -118,4 +118,4 @@ def test_the_commands_keep_their_order():
     block = help_of(()).split("Commands:\n", 1)[1].split("\n\n", 1)[0]
     assert [line.split()[0] for line in block.splitlines()] == [
         "version", "search", "check", "score", "sft", "train", "select", "evaluate",
-        "data", "evidence", "model", "judge", "profile", "reward", "study", "report"]
+        "data", "evidence", "model", "judge", "profile", "reward", "narratives", "study", "report"]
