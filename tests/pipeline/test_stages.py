@@ -131,6 +131,11 @@ def _stage_io(params: dict) -> dict[str, tuple[list, list]]:
                       + [prep.out_dir / f"{split}.jsonl" for split in ("scifact/test", "healthfc/test")],
                       [ev_cfg.out_dir, ev_cfg.report_dir, ev_cfg.headline_dir, ev_cfg.metrics_path, ev_cfg.paired_path,
                        ev_cfg.plots_dir])
+    nar = c.narratives_config(params)  # the passage benchmark: its passages, then every arm checked and scored
+    io["narrative_passages"] = ([prep.out_dir / "full" / "scifact.jsonl"], [nar.passages_path])
+    io["narratives"] = ([nar.passages_path, models[nar.system].partition(":")[2], reward_judge, eqs_judge, ev.index_dir,
+                         prep.out_dir / "full" / "scifact.jsonl", prep.out_dir / "corpus.jsonl"],
+                        [nar.out_dir, nar.report_dir, nar.metrics_path])
     return io
 
 

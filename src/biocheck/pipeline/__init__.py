@@ -14,6 +14,7 @@ MLflow.
     stages.py      fetch, prepare, validate, evidence, model, judge, sft, train, select, refresh
     evaluation.py  the evaluate stage, its setup, its shards, its scorer
     audit.py       the reward audit stage
+    narratives.py  the passage benchmark's two stages (narrative_passages, narratives)
 """
 
 from biocheck.params import DEFAULT_PARAMS
@@ -21,6 +22,7 @@ from biocheck.pipeline.audit import audit_setup, audit_stage
 from biocheck.pipeline.configs import (
     audit_config,
     evaluate_config,
+    narratives_config,
     orchestrate_config,
     select_config,
     serve_config,
@@ -46,6 +48,6 @@ from biocheck.pipeline.stages import (
 __all__ = ["DEFAULT_PARAMS", "STAGES", "EvalSetup", "audit_config", "audit_setup", "audit_stage", "check_params",
            "eval_corpus", "eval_model", "evaluation_inputs", "eval_models", "eval_scorer", "evaluate_config", "evaluate_setup",
            "evaluate_shard", "evaluate_stage", "evidence_stage", "fetch_stage", "judge_stage", "model_alias",
-           "model_stage", "orchestrate_config", "prepare_stage", "refresh_stage", "select_config", "select_stage",
+           "model_stage", "narratives_config", "orchestrate_config", "prepare_stage", "refresh_stage", "select_config", "select_stage",
            "serve_config", "sft_stage", "stage_inputs", "train_config", "train_setup", "train_stage",
            "validate_stage"]
