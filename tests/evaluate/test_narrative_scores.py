@@ -104,6 +104,18 @@ def test_pooled_ratios_and_their_intervals_over_passages():
     assert one["lo"] is None and one["hi"] is None  # one passage: no interval, not [1, 1]
 
 
+def test_every_passage_alike_gets_the_exact_interval_of_the_pooled_counts_not_a_point():
+    # 0 of 5 right in every passage: each bootstrap resample is 0, which would read as [0, 0]
+    wrong = [PassageArm(p, (VIT, ASP), (checked(VIT.text, R), checked(ASP.text, S))) for p in "ab"] + [
+        PassageArm("c", (VIT,), (checked(VIT.text, R),))]
+    acc = score_arm(wrong, n_resamples=200)["claim_accuracy"]
+    assert (acc["value"], acc["num"], acc["den"]) == (0.0, 0, 5)
+    assert acc["lo"] == 0.0 and acc["hi"] == pytest.approx(0.5218, abs=1e-3)  # Clopper-Pearson 0 of 5
+    assert acc["method"].startswith("exact binomial of the pooled counts")
+    recall = score_arm(wrong, n_resamples=200)["recall"]  # 5 of 5 matched: [0.478, 1], not [1, 1]
+    assert recall["hi"] == 1.0 and recall["lo"] == pytest.approx(0.4782, abs=1e-3)
+
+
 def test_evidence_scores_pool_items_and_judged_reports():
     pa = PassageArm("p0", (VIT, ASP), (checked(VIT.text, S, cited=3, hallucinated=1, eqs=0.8),
                                        checked(ASP.text, R, cited=1, hallucinated=0, eqs=None),

@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 
 from biocheck.labels import Label
-from biocheck.measures import bootstrap, proportion_ci
+from biocheck.measures import DEGENERATE, bootstrap, proportion_ci
 from biocheck.narrative.match import match_claims, similarity
 from biocheck.narrative.schema import Span
 
 ARMS = ("gold", "extracted", "sentences", "passage")
+EXACT_POOLED = "exact binomial of the pooled counts (every bootstrap resample equal)"
 ARM_TITLES = {
     "gold": "gold claims (extraction perfect)",
     "extracted": "extracted claims",
@@ -112,22 +113,32 @@ def _overlaps(a: Span, b: Checked) -> bool:
 
 
 def _ratio(num: Sequence[float], den: Sequence[float], n_resamples: int, seed: int) -> dict[str, Any]:
-    """sum(num) / sum(den) over passages, with the BCa interval of passages resampled (None where undefined)."""
+    """sum(num) / sum(den) over passages, with the BCa interval of passages resampled (None where undefined:
+    nothing counted, or one passage). Where every resample is equal (all passages at 0, or all at 1) a bootstrap
+    says [x, x], which reads as certainty: a share of counts then gets the exact binomial interval of the pooled
+    counts instead (`method` says which)."""
     total = float(sum(den))
     value = float(sum(num)) / total if total else None
-    ci = None
+    lo = hi = method = None
     if value is not None and n_resamples:
         def stat(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
             with np.errstate(invalid="ignore", divide="ignore"):
                 return a.sum(axis) / b.sum(axis)
         ci = bootstrap(stat, (np.asarray(num, float), np.asarray(den, float)), n_resamples, seed)
-    return {"value": value, "lo": ci.lo if ci else None, "hi": ci.hi if ci else None,
+        if ci is not None:
+            lo, hi, method = ci.lo, ci.hi, ci.method
+        counts = all(float(x).is_integer() and x >= 0 for x in (*num, *den)) and 0 <= sum(num) <= total
+        if ci is not None and ci.method == DEGENERATE and counts:
+            lo, hi = proportion_ci(int(sum(num)), int(total))
+            method = EXACT_POOLED
+    return {"value": value, "lo": lo, "hi": hi, "method": method,
             "num": _int(sum(num)), "den": _int(total), "passages": len(den)}
 
 
 def _share(k: int, n: int) -> dict[str, Any]:
     ci = proportion_ci(k, n)
-    return {"value": k / n if n else None, "lo": ci[0] if ci else None, "hi": ci[1] if ci else None, "k": k, "n": n}
+    return {"value": k / n if n else None, "lo": ci[0] if ci else None, "hi": ci[1] if ci else None,
+            "method": "exact binomial" if ci else None, "k": k, "n": n}
 
 
 def _int(x: float) -> float | int:
