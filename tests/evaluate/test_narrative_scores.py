@@ -143,6 +143,8 @@ def test_what_extraction_costs_is_paired_over_the_same_gold_claims():
            PassageArm("b", (VIT,), (checked(VIT.text, S),))]
     cost = extraction_cost(gold, arm, n_resamples=0)
     assert (cost["num"], cost["den"], cost["value"]) == (1, 3, pytest.approx(1 / 3))  # 3/3 right minus 2/3
+    same = extraction_cost(gold, gold, n_resamples=100)  # a difference: no binomial interval, which excludes < 0
+    assert (same["value"], same["lo"], same["hi"]) == (0.0, 0.0, 0.0) and same["method"].startswith("degenerate")
     with pytest.raises(ValueError, match="different passages"):
         extraction_cost(gold, arm[::-1], n_resamples=0)
 

@@ -72,7 +72,8 @@ def markdown_table(metrics: Mapping[str, Any]) -> str:
 
 
 NOTE = ("Intervals resample passages (BCa bootstrap of the ratio of sums; exact binomial for a share of "
-        "passages): the claims of one passage are not independent. Extraction cost: accuracy on the gold claims "
+        "passages, and for a share whose every resample is equal, of its pooled counts): the claims of one passage "
+        "are not independent. Extraction cost: accuracy on the gold claims "
         "minus the arm's, paired over the same passages. A gold claim no checked claim matches (content-word F1 "
         "below 0.6) counts as wrong; the whole-passage arm gives its one verdict to every gold claim.")
 

@@ -112,11 +112,12 @@ def _overlaps(a: Span, b: Checked) -> bool:
     return a.start < b.end and b.start < a.end
 
 
-def _ratio(num: Sequence[float], den: Sequence[float], n_resamples: int, seed: int) -> dict[str, Any]:
+def _ratio(num: Sequence[float], den: Sequence[float], n_resamples: int, seed: int,
+           share: bool = True) -> dict[str, Any]:
     """sum(num) / sum(den) over passages, with the BCa interval of passages resampled (None where undefined:
     nothing counted, or one passage). Where every resample is equal (all passages at 0, or all at 1) a bootstrap
     says [x, x], which reads as certainty: a share of counts then gets the exact binomial interval of the pooled
-    counts instead (`method` says which)."""
+    counts instead (`method` says which). `share` False: a difference, left as the bootstrap gives it."""
     total = float(sum(den))
     value = float(sum(num)) / total if total else None
     lo = hi = method = None
@@ -128,7 +129,7 @@ def _ratio(num: Sequence[float], den: Sequence[float], n_resamples: int, seed: i
         if ci is not None:
             lo, hi, method = ci.lo, ci.hi, ci.method
         counts = all(float(x).is_integer() and x >= 0 for x in (*num, *den)) and 0 <= sum(num) <= total
-        if ci is not None and ci.method == DEGENERATE and counts:
+        if share and ci is not None and ci.method == DEGENERATE and counts:
             lo, hi = proportion_ci(int(sum(num)), int(total))
             method = EXACT_POOLED
     return {"value": value, "lo": lo, "hi": hi, "method": method,
@@ -193,7 +194,7 @@ def extraction_cost(gold: Sequence[PassageArm], arm: Sequence[PassageArm], n_res
         raise ValueError("extraction_cost: the arms hold different passages")
     diff = [sum(o.correct for o in outcomes(g)[0]) - sum(o.correct for o in outcomes(a)[0])
             for g, a in zip(gold, arm, strict=True)]
-    return _ratio(diff, [len(p.gold) for p in gold], n_resamples, seed)
+    return _ratio(diff, [len(p.gold) for p in gold], n_resamples, seed, share=False)
 
 
 def constant_accuracy(arm: Sequence[PassageArm]) -> dict[str, Any]:
