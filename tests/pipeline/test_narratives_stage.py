@@ -123,3 +123,18 @@ def test_an_openai_compatible_model_extracts_through_the_same_code(bench_project
     assert metrics["extraction_cost"]["extracted"]["value"] == 0.0
     assert sum(1 for r in fake.requests if r["body"]["messages"][0]["content"] == extraction_prompt()) == 2
     assert "sk-test-not-a-secret" not in Path("metrics/narratives.json").read_text()
+
+
+def test_the_run_is_logged_to_mlflow_tagged_task_narrative(bench_project, store):
+    narrative_passages_stage("params.yaml")
+    metrics = narratives_stage("params.yaml", progress=False)
+    (run,) = store.search_runs([store.get_experiment_by_name("biocheck-eval").experiment_id],
+                               filter_string="tags.task = 'narrative'")
+    assert run.info.run_name == "narratives" and run.data.tags["system"] == "eg_grpo"
+    logged = run.data.metrics
+    assert logged["gold/claim_accuracy.value"] == metrics["arms"]["gold"]["claim_accuracy"]["value"]
+    assert logged["passage/passage_accuracy.n"] == 2
+    assert "extracted/extraction_cost.value" in logged
+    assert run.data.params["narratives.passages"] == "2"
+    names = {a.path for a in store.list_artifacts(run.info.run_id, "narratives")}
+    assert "narratives/table.md" in names and "narratives/claims.jsonl" in names

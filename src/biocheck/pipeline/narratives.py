@@ -111,7 +111,7 @@ def _passage_pages(cfg: Any, result: Any) -> dict[str, str]:
 
 
 def _loggable(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The numbers MLflow gets: per arm each metric's value, interval and n (`extracted/claim_accuracy/value`)."""
+    """The numbers MLflow gets: per arm each metric's value, interval and n (`extracted/claim_accuracy.value`)."""
     keep = ("value", "lo", "hi", "n", "den", "k")
     out: dict[str, Any] = {}
     for arm, m in metrics.get("arms", {}).items():
