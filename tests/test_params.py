@@ -54,7 +54,8 @@ def build_all(params: dict[str, Any]) -> dict[str, Any]:
              "judge_eqs": b.judge_config(p, eqs=True) if (p.get("judge") or {}).get("eqs") else None,
              "audit": pl.audit_config(p), "train": pl.train_config(p),
              "select": pl.select_config(p), "train_setup": pl.train_setup(p), "evaluate": pl.evaluate_config(p),
-             "orchestrate": pl.orchestrate_config(p), "tracking": b.tracking_config(p), "study": study_config(p)}
+             "narratives": pl.narratives_config(p), "orchestrate": pl.orchestrate_config(p),
+             "tracking": b.tracking_config(p), "study": study_config(p)}
     return _plain(built)
 
 
