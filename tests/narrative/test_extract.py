@@ -3,6 +3,7 @@ and bad input as one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from biocheck.llm.openai_backend import OpenAIChat
 from biocheck.llm.scripted import ScriptedChat
 from biocheck.narrative.extract import MAX_PASSAGE_CHARS, extract, find_span
 from biocheck.narrative.prompts import extraction_prompt
+from biocheck.narrative.schema import Extraction
 from tests.helpers.fake_openai import FakeOpenAI
 from tests.helpers.fake_openai import assistant as fake_answer
 
@@ -157,3 +159,14 @@ def test_a_local_transformers_model_that_cannot_follow_the_format_gets_the_fallb
     out = extract(PASSAGE, chat)
     assert out.method == "sentences" and "sentence rule" in out.note
     assert out.texts() == ["Metformin lowers blood glucose and reduces weight.", "Statins cut LDL."]
+
+
+def test_an_extraction_read_back_from_json_is_the_same_extraction():
+    chat = scripted({"claims": [{"claim": "Statins cut LDL.", "quote": "Statins cut LDL."}],
+                     "skipped": [{"quote": "Is that true for everyone?", "reason": "question"}]})
+    found = extract(PASSAGE, chat)
+    assert found.method == "model" and found.skipped  # the question is skipped: both tuples are exercised
+    row = json.loads(json.dumps(dataclasses.asdict(found)))
+    assert Extraction.from_dict(row) == found
+    fallback = extract(PASSAGE, scripted("no JSON here"))
+    assert fallback.note and Extraction.from_dict(json.loads(json.dumps(dataclasses.asdict(fallback)))) == fallback

@@ -236,21 +236,14 @@ def _check_passages(batch: list[tuple[str, str]], agent, out: Path, extractor: s
                     mlflow_log: bool) -> None:
     """--passages: each passage as --text would check it, into out/<id>/; one line each, then summary.json."""
     from biocheck.agent.run import trace_name
-    from biocheck.io import write_json_atomic, write_text_atomic
-    from biocheck.narrative.extract import extract
-    from biocheck.narrative.report import FORMATS as REPORT_FORMATS
-    from biocheck.narrative.report import render
-    from biocheck.narrative.run import check_passage_claims
+    from biocheck.io import write_json_atomic
 
     summary = []
     for i, (pid, passage) in enumerate(batch, 1):
         folder = out / trace_name(pid)
-        extraction = _run(extract, passage, agent.llm if extractor == "model" else None)
-        result = _run(check_passage_claims, extraction, agent, folder, workers=workers, search=search,
-                      progress=sys.stderr.isatty(),
-                      on_interrupt=f"interrupted; finished claims are kept in {out}; rerun the same command to resume.")
-        for f in REPORT_FORMATS:
-            _run(write_text_atomic, folder / f"narrative.{f}", render(result, f))
+        result, _ = _check_into(passage, agent, folder, extractor, workers, search, say_note=False,
+                                on_interrupt=f"interrupted; finished claims are kept in {out}; rerun the same "
+                                             "command to resume.")
         failed = sum(1 for c in result.claims if c.error)
         summary.append({"id": pid, "folder": folder.name, "overall": result.overall, "claims": len(result.claims),
                         "failed": failed, "method": result.method, "note": result.note or None})
@@ -269,22 +262,10 @@ def _check_passages(batch: list[tuple[str, str]], agent, out: Path, extractor: s
 def _check_passage(passage: str, agent, out: Path, fmt: str, extractor: str, workers: int, search: dict,
                    mlflow_log: bool) -> None:
     """--text: the claims extracted, each checked into `out`, the report printed and written beside the traces."""
-    from biocheck.io import write_text_atomic
-    from biocheck.narrative.extract import extract
-    from biocheck.narrative.report import FORMATS as REPORT_FORMATS
-    from biocheck.narrative.report import render
-    from biocheck.narrative.run import check_passage_claims
-
-    extraction = _run(extract, passage, agent.llm if extractor == "model" else None)
-    if extraction.note:
-        err.print(f"note: {extraction.note}", markup=False, highlight=False, soft_wrap=True)
-    result = _run(check_passage_claims, extraction, agent, out, workers=workers, progress=sys.stderr.isatty(),
-                  search=search,
-                  on_interrupt=f"interrupted; the traces of the claims that finished are kept in {out}; rerun the "
-                               "same command to resume: those claims are reused and the rest run.")
-    pages = {f: render(result, f) for f in REPORT_FORMATS}  # every page rendered before any is written
-    for f, page in pages.items():
-        _run(write_text_atomic, out / f"narrative.{f}", page)
+    result, pages = _check_into(passage, agent, out, extractor, workers, search, say_note=True,
+                                on_interrupt=f"interrupted; the traces of the claims that finished are kept in {out}; "
+                                             "rerun the same command to resume: those claims are reused and the rest "
+                                             "run.")
     _log_metrics(mlflow_log, {"claims": len(result.claims), "skipped": len(result.skipped),
                               "failed": sum(1 for c in result.claims if c.error)}, artifacts=out)
     err.print(f"{result.overall} (reused {result.reused} trace{'' if result.reused == 1 else 's'}; report in "
@@ -294,6 +275,27 @@ def _check_passage(passage: str, agent, out: Path, fmt: str, extractor: str, wor
     if failed:
         _fail(f"{len(failed)} of {len(result.claims)} claims failed (marked FAILED in the report; rerun to retry "
               f"them); first: {failed[0].id}: {failed[0].error}")
+
+
+def _check_into(passage: str, agent, folder: Path, extractor: str, workers: int, search: dict, *, say_note: bool,
+                on_interrupt: str):
+    """One passage: its claims extracted and each checked into `folder`, then narrative.{md,json,html} written
+    there (every page rendered before any is written). Returns the result and its pages by format."""
+    from biocheck.io import write_text_atomic
+    from biocheck.narrative.extract import extract
+    from biocheck.narrative.report import FORMATS as REPORT_FORMATS
+    from biocheck.narrative.report import render
+    from biocheck.narrative.run import check_passage_claims
+
+    extraction = _run(extract, passage, agent.llm if extractor == "model" else None)
+    if say_note and extraction.note:
+        err.print(f"note: {extraction.note}", markup=False, highlight=False, soft_wrap=True)
+    result = _run(check_passage_claims, extraction, agent, folder, workers=workers, search=search,
+                  progress=sys.stderr.isatty(), on_interrupt=on_interrupt)
+    pages = {f: render(result, f) for f in REPORT_FORMATS}
+    for f, page in pages.items():
+        _run(write_text_atomic, folder / f"narrative.{f}", page)
+    return result, pages
 
 
 def _say_search(n: int, budget: int, record) -> None:

@@ -36,7 +36,7 @@ from biocheck.narrative.bench import BenchPassage
 from biocheck.narrative.extract import by_sentences, extract
 from biocheck.narrative.match import MATCH_THRESHOLD, similarity
 from biocheck.narrative.prompts import prompt_hash
-from biocheck.narrative.schema import ExtractedClaim, Extraction, SkippedSpan, Span
+from biocheck.narrative.schema import Extraction, Span
 
 log = logging.getLogger(__name__)
 DATASET = "narratives"  # the harness's dataset name: traces/<system>/<fingerprint>/narratives/
@@ -110,7 +110,7 @@ def extract_cached(passage: BenchPassage, chat: Any, folder: Path | None) -> Ext
         try:
             row = json.loads(path.read_text(encoding="utf-8"))
             if row.get("passage") == passage.text:
-                return _extraction(row)
+                return Extraction.from_dict(row)
         except (OSError, ValueError, TypeError, KeyError):
             log.warning("%s: unreadable extraction; asking the model again", path)
     try:
@@ -121,11 +121,6 @@ def extract_cached(passage: BenchPassage, chat: Any, folder: Path | None) -> Ext
     if path is not None:
         write_json_atomic(path, dataclasses.asdict(found))
     return found
-
-
-def _extraction(row: dict[str, Any]) -> Extraction:
-    return Extraction(row["passage"], tuple(ExtractedClaim(**c) for c in row["claims"]),
-                      tuple(SkippedSpan(**s) for s in row["skipped"]), row["method"], row.get("note", ""))
 
 
 def arm_claims(passage: BenchPassage, extracted: Extraction, sentences: Extraction) -> dict[str, list[Spanned]]:

@@ -7,7 +7,7 @@ or compared without re-reading the text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Method = Literal["model", "sentences"]  # how a claim was found: the model's extraction or the sentence rule
 METHODS: tuple[str, ...] = ("model", "sentences")
@@ -51,3 +51,9 @@ class Extraction:
 
     def texts(self) -> list[str]:
         return [c.text for c in self.claims]
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Extraction:
+        """The inverse of `dataclasses.asdict` (a cached extraction read back from JSON)."""
+        return cls(row["passage"], tuple(ExtractedClaim(**c) for c in row["claims"]),
+                   tuple(SkippedSpan(**s) for s in row["skipped"]), row["method"], row.get("note", ""))
